@@ -1,0 +1,465 @@
+#!/usr/bin/python3
+"""The ddprun benchmark: launch overhead, log throughput and memory, each next
+to the physical limit measured in the same run.
+
+Why it exists: ddprun's claims ("instant", "carries logs at pipe speed",
+"tiny") are only meaningful against a baseline on the same machine at the same
+moment. Every number here comes with the thing it should be compared with: a
+plain shell loop that starts the same processes, `cat` of the same bytes, and
+torchrun when it is installed. Timing claims live here, never in unit tests.
+
+Run it through bench/run.sh (see bench/README.md); it only needs Python's
+standard library and GNU time (/usr/bin/time).
+"""
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GNU_TIME = "/usr/bin/time"
+LINE_BYTES = 100  # each log line, newline included
+COMMAND_TIMEOUT_S = 120  # a hang in any tool must not hang the benchmark
+
+
+class BenchError(Exception):
+    pass
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description="ddprun benchmark")
+    parser.add_argument("--ddprun", required=True, help="the ddprun binary")
+    parser.add_argument("--nproc", type=int, default=8, help="workers per launch (default 8)")
+    parser.add_argument("--reps", type=int, default=20, help="launches per tool (default 20)")
+    parser.add_argument("--log-mb", type=int, default=200, help="MB of log per worker (default 200)")
+    parser.add_argument("--log-reps", type=int, default=3, help="runs per throughput row (default 3)")
+    parser.add_argument(
+        "--torchrun", default="auto", choices=["auto", "off"], help="'auto': measure torchrun if installed"
+    )
+    return parser.parse_args()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(argv, stdout=subprocess.DEVNULL, shell=False, consume=None):
+    """Runs one command in its own session, so that a timeout can kill the whole
+    tree it started. Returns (seconds, stdout consumer's result). Raises
+    BenchError with the tail of its stderr if it fails, so a broken tool never
+    shows up as a fast one."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, shell=shell, start_new_session=True)
+        try:
+            result = consume(proc.stdout) if consume else None
+            proc.wait(timeout=COMMAND_TIMEOUT_S)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        elapsed = time.perf_counter() - start
+        if proc.returncode != 0:
+            stderr.seek(0)
+            tail = stderr.read().decode(errors="replace").strip().splitlines()[-5:]
+            shown = argv if isinstance(argv, str) else " ".join(argv)
+            raise BenchError(f"`{shown}` exited {proc.returncode}: " + " | ".join(tail))
+    return elapsed, result
+
+
+def run_timed(argv, shell=False):
+    return run(argv, shell=shell)[0]
+
+
+def peak_rss_kib(argv, consume=None):
+    """GNU time's "Maximum resident set size": the largest single process of
+    the tree (the launcher itself here; its workers are small). Returns
+    (KiB, stdout consumer's result)."""
+    with tempfile.NamedTemporaryFile(mode="r", suffix=".time") as report:
+        stdout = subprocess.PIPE if consume else subprocess.DEVNULL
+        _, result = run([GNU_TIME, "-v", "-o", report.name] + argv, stdout=stdout, consume=consume)
+        for line in report.read().splitlines():
+            if "Maximum resident set size" in line:
+                return int(line.rsplit(":", 1)[1]), result
+    raise BenchError(f"{GNU_TIME} -v printed no 'Maximum resident set size'")
+
+
+def count_output(stream):
+    """(bytes, lines) read from a stream."""
+    total = lines = 0
+    while block := stream.read(1 << 20):
+        total += len(block)
+        lines += block.count(b"\n")
+    return total, lines
+
+
+def check_output(workers, lines_per_worker, line_bytes, got_bytes, got_lines):
+    """Did every byte every worker wrote reach ddprun's stdout exactly once?
+
+    Returns (ok, message). With ddprun's default prefix "[{rank}]: " and fewer
+    than 11 workers every prefix has the same length, so the payload can be
+    counted exactly: a line that was lost or duplicated changes it, a line
+    that was split in two (a partial line flushed early) only adds a prefix
+    and a newline."""
+    expected_lines = workers * lines_per_worker
+    if workers > 10:  # prefixes of different lengths: lines only
+        ok = got_lines == expected_lines
+        return ok, f"{got_lines} of {expected_lines} lines"
+    overhead = len("[0]: ") + 1  # prefix and newline, per output line
+    payload = got_bytes - got_lines * overhead
+    expected_payload = expected_lines * (line_bytes - 1)
+    if payload != expected_payload:
+        return False, (
+            f"{got_lines} lines, {payload} payload bytes, expected {expected_lines} lines and "
+            f"{expected_payload} bytes: output was lost or duplicated"
+        )
+    split = got_lines - expected_lines
+    if split:
+        return True, (
+            f"WARNING: all {expected_payload} payload bytes arrived, but {split} of {expected_lines} lines "
+            f"were split in two (a partial line was flushed while its rest was already in the pipe)"
+        )
+    return True, f"all {expected_lines} lines arrived whole"
+
+
+def process_table():
+    """{pid: (ppid, name)} of every process we can see."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        table[int(entry)] = (ppid, name)
+    return table
+
+
+def launcher_memory(argv, workers, worker_name):
+    """(processes, RSS KiB, PSS KiB) of the launcher's own processes, i.e. the
+    started process and its descendants not named `worker_name`, sampled once
+    `workers` of those are running."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            table = process_table()
+            tree, frontier = {proc.pid}, [proc.pid]
+            while frontier:
+                parent = frontier.pop()
+                children = [pid for pid, (ppid, _) in table.items() if ppid == parent]
+                tree.update(children)
+                frontier.extend(children)
+            running = [pid for pid in tree if table.get(pid, (0, ""))[1] == worker_name]
+            if len(running) >= workers:
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"`{' '.join(argv)}` never had {workers} workers running")
+            time.sleep(0.05)
+        rss = pss = 0
+        launchers = [pid for pid in tree if pid not in running]
+        for pid in launchers:
+            try:
+                with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                    for line in rollup:
+                        key, _, value = line.partition(":")
+                        if key == "Rss":
+                            rss += int(value.split()[0])
+                        elif key == "Pss":
+                            pss += int(value.split()[0])
+            except OSError:  # a short-lived helper that just exited
+                continue
+        if proc.wait(timeout=COMMAND_TIMEOUT_S) != 0:
+            raise BenchError(f"`{' '.join(argv)}` exited {proc.returncode}")
+        return len(launchers), rss, pss
+    except BaseException:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        raise
+
+
+def machine_description():
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs ({model}), Linux {platform.release()}"
+
+
+def print_table(title, header, rows):
+    """The first column left-aligned, the numbers right-aligned."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+
+    def format_row(cells):
+        return "  ".join(
+            f"{cell:<{width}}" if i == 0 else f"{cell:>{width}}"
+            for i, (cell, width) in enumerate(zip(cells, widths))
+        )
+
+    print(f"\n{title}")
+    print(format_row(header))
+    print("-" * len(format_row(header)))
+    for row in rows:
+        print(format_row(row))
+
+
+def shell_loop(nproc, program_argv):
+    """A bash loop that starts `nproc` copies of the program with the worker
+    environment ddprun sets, then waits: the physical limit of a launcher."""
+    port = free_port()
+    program = " ".join(program_argv)
+    return (
+        f"for i in $(seq 0 {nproc - 1}); do "
+        f"RANK=$i LOCAL_RANK=$i WORLD_SIZE={nproc} LOCAL_WORLD_SIZE={nproc} "
+        f"GROUP_RANK=0 NODE_RANK=0 GROUP_WORLD_SIZE=1 NNODES=1 "
+        f"ROLE_NAME=default ROLE_RANK=$i ROLE_WORLD_SIZE={nproc} "
+        f"MASTER_ADDR=127.0.0.1 MASTER_PORT={port} "
+        f"TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=none "
+        f"OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+        f"{program} & done; wait"
+    )
+
+
+def torchrun_argv(nproc, program_argv):
+    return [
+        "/usr/bin/python3",
+        os.path.join(HERE, "torchrun_compat.py"),
+        f"--nproc_per_node={nproc}",
+        "--no_python",
+        "--monitor_interval=0.1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+    ] + program_argv
+
+
+def have_torchrun(setting):
+    if setting == "off" or not os.path.exists("/usr/bin/torchrun"):
+        return False
+    probe = subprocess.run(
+        ["/usr/bin/python3", "-c", "import torch.distributed.run"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return probe.returncode == 0
+
+
+def bench_launch(args, use_torchrun):
+    # /usr/bin/true, not `true`: bash's builtin would skip the exec the
+    # launchers pay for.
+    true_argv = [shutil.which("true") or "/usr/bin/true"]
+    tools = {
+        "shell loop (limit)": lambda: ["bash", "-c", shell_loop(args.nproc, true_argv)],
+        "ddprun": lambda: [args.ddprun, f"--nproc_per_node={args.nproc}"] + true_argv,
+    }
+    if use_torchrun:
+        tools["torchrun (--monitor_interval=0.1)"] = lambda: torchrun_argv(args.nproc, true_argv)
+
+    for make_argv in tools.values():  # warm the page cache, not measured
+        run_timed(make_argv())
+    times = {name: [] for name in tools}
+    for _ in range(args.reps):  # interleaved, so drift hits every tool alike
+        for name, make_argv in tools.items():
+            times[name].append(run_timed(make_argv()))
+
+    baseline = statistics.median(times["shell loop (limit)"])
+    rows = []
+    for name, samples in times.items():
+        median = statistics.median(samples)
+        overhead = median - baseline
+        is_limit = name.startswith("shell")
+        rows.append(
+            [
+                name,
+                f"{median * 1e3:.1f}",
+                f"{min(samples) * 1e3:.1f}",
+                f"{max(samples) * 1e3:.1f}",
+                "-" if is_limit else f"{overhead * 1e3:+.1f}",
+                "-" if is_limit else f"{overhead * 1e3 / args.nproc:+.2f}",
+                f"{median / baseline:.2f}x",
+            ]
+        )
+    print_table(
+        f"(a) launch {args.nproc} workers of `true` and wait, {args.reps} runs each",
+        ["launcher", "median ms", "min ms", "max ms", "overhead ms", "per worker ms", "vs limit"],
+        rows,
+    )
+
+
+def make_log_file(directory, megabytes):
+    """megabytes * 10^6 bytes of distinct LINE_BYTES-byte lines."""
+    path = os.path.join(directory, "log.txt")
+    lines_per_chunk = 1_000_000 // LINE_BYTES  # 1 MB per chunk
+    with open(path, "wb") as out:
+        for chunk in range(megabytes):
+            base = chunk * lines_per_chunk
+            out.write(
+                b"".join(
+                    b"line %010d " % (base + i) + b"x" * (LINE_BYTES - 17) + b"\n"
+                    for i in range(lines_per_chunk)
+                )
+            )
+    return path, megabytes * lines_per_chunk
+
+
+def bench_logs(args, log_path):
+    size_mb = os.path.getsize(log_path) / 1e6
+    quoted = "'" + log_path.replace("'", "'\\''") + "'"
+    many = args.nproc
+    # (label, workers, command, via shell, is the limit for that worker count)
+    spec = [
+        ("cat > /dev/null (no pipe)", 1, f"cat {quoted} > /dev/null", True, False),
+        ("cat | cat > /dev/null (limit)", 1, f"cat {quoted} | cat > /dev/null", True, True),
+        ("ddprun, 1 worker: cat", 1, [args.ddprun, "--nproc_per_node=1", "cat", log_path], False, False),
+        (
+            f"{many}x cat | cat > /dev/null (limit)",
+            many,
+            f"for i in $(seq {many}); do cat {quoted} & done | cat > /dev/null",
+            True,
+            True,
+        ),
+        (
+            f"ddprun, {many} workers: cat",
+            many,
+            [args.ddprun, f"--nproc_per_node={many}", "cat", log_path],
+            False,
+            False,
+        ),
+    ]
+    samples = {label: [] for label, *_ in spec}
+    for _ in range(args.log_reps):  # interleaved, so drift hits every row alike
+        for label, _workers, command, shell, _limit in spec:
+            samples[label].append(run_timed(command, shell=shell))
+
+    limit_seconds = {
+        workers: statistics.median(samples[label]) for label, workers, _, _, limit in spec if limit
+    }
+    rows = []
+    for label, workers, _command, _shell, _limit in spec:
+        seconds = statistics.median(samples[label])
+        rate = workers * size_mb / seconds
+        vs_limit = limit_seconds[workers] / seconds
+        rows.append([label, f"{workers * size_mb:.0f}", f"{seconds:.3f}", f"{rate:.0f}", f"{vs_limit:.2f}"])
+    print_table(
+        f"(b) log throughput: {size_mb:.0f} MB of {LINE_BYTES}-byte lines per worker, output to /dev/null, "
+        f"median of {args.log_reps}",
+        ["run", "MB", "seconds", "MB/s", "vs limit"],
+        rows,
+    )
+
+
+def bench_memory(args, use_torchrun, log_path, lines_per_worker):
+    true_argv = [shutil.which("true") or "/usr/bin/true"]
+    rows_kib = []
+    ddprun_true = [args.ddprun, f"--nproc_per_node={args.nproc}"] + true_argv
+    kib = max(peak_rss_kib(ddprun_true)[0] for _ in range(2))
+    rows_kib.append((f"ddprun, {args.nproc} workers of `true`", kib))
+
+    # Also the check that throughput did not come from dropping lines: every
+    # line of every worker must reach ddprun's stdout exactly once.
+    checks = []
+    for workers in (1, args.nproc):
+        argv = [args.ddprun, f"--nproc_per_node={workers}", "cat", log_path]
+        kib, (got_bytes, got_lines) = peak_rss_kib(argv, consume=count_output)
+        rows_kib.append((f"ddprun, {workers} worker(s) printing {args.log_mb} MB each", kib))
+        ok, message = check_output(workers, lines_per_worker, LINE_BYTES, got_bytes, got_lines)
+        checks.append((workers, ok, message))
+    if use_torchrun:
+        kib = max(peak_rss_kib(torchrun_argv(args.nproc, true_argv))[0] for _ in range(2))
+        rows_kib.append((f"torchrun, {args.nproc} workers of `true`", kib))
+
+    base = rows_kib[0][1]
+    print_table(
+        "(c) peak RSS (GNU time -v: the largest single process of the tree)",
+        ["run", "MiB", "vs ddprun `true`"],
+        [[label, f"{kib / 1024:.1f}", f"{kib / base:.1f}x"] for label, kib in rows_kib],
+    )
+
+    # GNU time sees one process; ddprun runs as a supervisor plus an agent.
+    # Sum the launcher's own processes (not the workers) while a job runs.
+    # PSS splits shared pages (libc, libstdc++) between the processes that
+    # map them, so it does not count them twice as an RSS sum would.
+    sleep_argv = [shutil.which("sleep") or "/usr/bin/sleep", "3"]
+    ddprun_sleep = [args.ddprun, f"--nproc_per_node={args.nproc}"] + sleep_argv
+    sampled = [("ddprun", launcher_memory(ddprun_sleep, args.nproc, "sleep"))]
+    if use_torchrun:
+        torchrun_sleep = torchrun_argv(args.nproc, sleep_argv)
+        sampled.append(("torchrun", launcher_memory(torchrun_sleep, args.nproc, "sleep")))
+    base_pss = sampled[0][1][2]
+    print_table(
+        f"    launcher processes while {args.nproc} workers of `sleep` run (sampled from /proc)",
+        ["launcher", "processes", "RSS sum MiB", "PSS sum MiB", "PSS vs ddprun"],
+        [
+            [name, str(count), f"{rss / 1024:.1f}", f"{pss / 1024:.1f}", f"{pss / base_pss:.1f}x"]
+            for name, (count, rss, pss) in sampled
+        ],
+    )
+    print()
+    for workers, ok, message in checks:
+        print(f"output check, {workers} worker(s): {message}")
+    if not all(ok for _, ok, _ in checks):
+        raise BenchError("ddprun lost or duplicated output")
+
+
+def torch_version():
+    probe = subprocess.run(
+        ["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+    )
+    return probe.stdout.strip() or "?"
+
+
+def main():
+    args = parse_args()
+    if not os.access(args.ddprun, os.X_OK):
+        raise BenchError(f"{args.ddprun} is not an executable; build ddprun first")
+    use_torchrun = have_torchrun(args.torchrun)
+    version = subprocess.run([args.ddprun, "--version"], capture_output=True, text=True).stdout.strip()
+    torchrun = f"torch {torch_version()} via bench/torchrun_compat.py" if use_torchrun else "not measured"
+    print(f"machine:  {machine_description()}")
+    print(f"ddprun:   {args.ddprun} ({version or 'version unknown'})")
+    print(f"torchrun: {torchrun}")
+
+    started = time.perf_counter()
+    bench_launch(args, use_torchrun)
+    with tempfile.TemporaryDirectory(prefix="ddprun-bench-") as scratch:
+        log_path, lines = make_log_file(scratch, args.log_mb)
+        bench_logs(args, log_path)
+        bench_memory(args, use_torchrun, log_path, lines)
+    print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    # SIGTERM (e.g. from run.sh's timeout) unwinds like Ctrl-C: the running
+    # command's process tree is killed and the temporary files are removed.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    try:
+        main()
+    except BenchError as error:
+        print(f"bench: {error}", file=sys.stderr)
+        sys.exit(1)
+    except subprocess.TimeoutExpired as error:
+        print(f"bench: a run took longer than {error.timeout:.0f} s: {error.cmd}", file=sys.stderr)
+        sys.exit(1)

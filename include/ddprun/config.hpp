@@ -1,0 +1,95 @@
+// LaunchConfig: the validated, plain description of one ddprun invocation.
+// The CLI produces it (cli.hpp), everything else only reads it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// How --nproc_per_node was given: a number, or a word resolved on the node.
+enum class NprocKind { Count, Gpu, Cpu, Auto };
+
+struct NprocSpec {
+    NprocKind kind = NprocKind::Count;
+    int count = 1;  // meaningful for NprocKind::Count
+};
+
+// Which std streams of a worker a -r/--redirects or -t/--tee value covers.
+enum StreamMask : unsigned { kNone = 0, kStdout = 1, kStderr = 2, kBoth = 3 };
+
+// torchrun's "3" or "0:1,1:2" (per local rank) syntax, resolved.
+struct StreamSelection {
+    unsigned all = kNone;              // applies to local ranks not in per_rank
+    std::map<int, unsigned> per_rank;  // local_rank -> StreamMask
+    unsigned for_rank(int local_rank) const {
+        auto it = per_rank.find(local_rank);
+        return it == per_rank.end() ? all : it->second;
+    }
+};
+
+// How the program is started.
+enum class ProgramKind {
+    Executable,    // run argv[0] directly (a binary, a script with a shebang, or --no_python)
+    PythonFile,    // *.py: $PYTHON_EXEC (or python3) -u file.py args
+    PythonModule,  // -m pkg.mod: $PYTHON_EXEC (or python3) -u -m pkg.mod args
+};
+
+struct LaunchConfig {
+    // Job shape.
+    int nnodes = 1;
+    NprocSpec nproc_per_node;
+    std::optional<int> node_rank;  // empty: assigned at rendezvous (single node: 0)
+
+    // Where rank 0's own store listens (MASTER_ADDR / MASTER_PORT for workers).
+    std::string master_addr = "127.0.0.1";
+    std::optional<int> master_port;  // empty or 0: pick a free port
+
+    // Rendezvous between agents (multi-node).
+    std::string rdzv_backend = "static";
+    std::string rdzv_endpoint;  // host[:port]; empty: master_addr:29400
+    std::string rdzv_id = "none";
+    std::map<std::string, std::string> rdzv_conf;
+    bool standalone = false;
+    std::string local_addr;  // this node's address as the others reach it; empty: hostname
+
+    // Supervision.
+    int max_restarts = 0;
+    double monitor_interval = 0.1;  // accepted for compatibility; supervision is event-driven
+    std::chrono::milliseconds shutdown_timeout{30000};
+    std::vector<int> stop_signals;     // signals that stop the job (forwarded first)
+    std::vector<int> forward_signals;  // signals only forwarded (SIGUSR1/SIGUSR2 by default)
+
+    // Workers.
+    std::string role = "default";
+    bool virtual_local_rank = false;
+    bool all_devices = false;  // every worker sees the whole device list (torchrun's behaviour)
+    ProgramKind program_kind = ProgramKind::Executable;
+    std::string program;            // path, script or module name, as given
+    std::vector<std::string> args;  // everything after the program, untouched
+
+    // Output.
+    std::string log_dir;  // empty: no per-rank log files
+    StreamSelection redirects;
+    StreamSelection tee;
+    std::optional<std::set<int>> local_ranks_filter;  // empty: every local rank on the console
+    std::string log_prefix = "[{rank}]: ";            // empty: no prefix
+
+    // ddprun's own.
+    bool dry_run = false;
+    int verbosity = 0;  // -1 quiet (errors only), 0 info, 1 debug, 2 trace
+};
+
+// The --nproc_per_node value resolved against this machine's devices and CPUs.
+struct NodeResources {
+    std::vector<std::string> devices;  // CUDA_VISIBLE_DEVICES entries, verbatim
+    bool devices_inherited = false;    // true: from the inherited CUDA_VISIBLE_DEVICES
+    int cpus = 1;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,100 @@
+// Coordinator: one agent's link to the other nodes of a multi-node job. It
+// owns the store connection (and, on the store's host, the store itself) and
+// the threads that block on it, so the agent's event loop never does: joins
+// and publications run on one operations thread, the wait for the round's
+// stop on a watcher thread, heartbeats on their own thread. Results come back
+// as handlers posted to the agent's io_context.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <expected>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ddprun/rendezvous.hpp"
+#include "ddprun/store.hpp"
+
+namespace boost::asio {
+class io_context;
+class thread_pool;
+}  // namespace boost::asio
+
+namespace ddprun {
+
+class Coordinator {
+  public:
+    struct Options {
+        StoreOptions store;  // the rendezvous endpoint; is_server on the store's host
+        std::string run_id;
+        NodeInfo me;  // node_rank -1: assigned at join
+        std::chrono::milliseconds join_timeout{600000};
+        std::chrono::milliseconds heartbeat_timeout{15000};
+        std::chrono::milliseconds barrier_timeout{300000};
+    };
+
+    using JoinDone = std::function<void(std::expected<RoundMembership, RendezvousError>)>;
+    using StopHandler = std::function<void(StopEvent)>;
+    using LostHandler = std::function<void(std::string)>;
+
+    // Opens (or hosts) the store. Blocking; call before the event loop runs.
+    static std::expected<std::unique_ptr<Coordinator>, RendezvousError> open(
+        boost::asio::io_context& io, Options options);
+    ~Coordinator();
+    Coordinator(const Coordinator&) = delete;
+    Coordinator& operator=(const Coordinator&) = delete;
+
+    const Options& options() const { return m_options; }
+    int nnodes() const { return m_options.me.fingerprint.nnodes; }
+
+    // Joins `round` off the loop; `done` runs on the loop. `master_port`
+    // matters on node 0 only (the others learn it from node 0).
+    void join(int round, int master_port, JoinDone done);
+
+    // Watches the round's stop (first failure anywhere, abort, or every node
+    // done); `on_stop` runs on the loop, once.
+    void watch(int round, StopHandler on_stop);
+
+    // Fire and forget; the outcome arrives through watch().
+    void publish_failure(int round, FailureRecord record);
+    void publish_finished(int round);
+
+    // Blocking (bounded by the store timeout): gives the round up on every
+    // node, e.g. when this agent got a signal during the join.
+    void abort(int round, const std::string& message, int exit_code);
+
+    // Blocking, between rounds: tells the others this node saw the stop; the
+    // store's host waits, at most `bound`, until every node did, so it never
+    // pulls the store from under a slower node.
+    void end_round(int round, int node_rank, std::chrono::milliseconds bound);
+
+    // Heartbeats from now on, for the round given to join(). A node whose
+    // heartbeat stops is published as a failure by the store's host; a store
+    // that stops answering is reported through `on_lost` (on the loop).
+    void start_heartbeats(int node_rank, LostHandler on_lost);
+
+  private:
+    Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store);
+    void heartbeat_loop(int node_rank, LostHandler on_lost);
+    void stop_watcher();
+
+    boost::asio::io_context& m_io;
+    Options m_options;
+    std::unique_ptr<Store> m_store;  // main thread only (abort, end_round)
+    std::unique_ptr<Rendezvous> m_rendezvous;
+    std::unique_ptr<Store> m_ops_store;  // the operations thread's connection
+    std::unique_ptr<Rendezvous> m_ops_rendezvous;
+    std::unique_ptr<boost::asio::thread_pool> m_ops;
+    std::thread m_watcher;
+    std::thread m_heartbeat;
+    std::atomic<int> m_round{0};
+    std::atomic<bool> m_closing{false};
+    std::mutex m_mutex;
+    std::condition_variable m_wake;
+};
+
+}  // namespace ddprun

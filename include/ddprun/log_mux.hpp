@@ -1,0 +1,105 @@
+// LogMux: carries every worker's stdout/stderr from its pipe to ddprun's own
+// stdout/stderr (prefixed, whole segments, never interleaved mid-line) and to
+// per-rank log files, and keeps the tail of each worker's stderr for the
+// failure report. Runs on the agent's io_context; never blocks on a pipe.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ddprun {
+
+// Identity of one worker stream's source, used to expand the prefix template.
+struct StreamSource {
+    int rank = 0;
+    int local_rank = 0;
+    int node_rank = 0;
+    std::string role = "default";
+};
+
+// Where one worker stream goes.
+struct StreamSink {
+    bool console = true;    // shown on ddprun's stdout (for stdout) / stderr (for stderr)
+    std::string file_path;  // empty: no file. Parent directories must exist.
+};
+
+// Expands "{rank}", "{local_rank}", "{node_rank}", "{role}" in a prefix
+// template. "{{" and "}}" are literal braces. Returns "" for an empty template.
+// Pure; exposed for tests. Unknown placeholders are left as written
+// (validate_prefix_template rejects them at the CLI).
+std::string expand_prefix(const std::string& tmpl, const StreamSource& source);
+
+// "" if the template is valid, else a message naming the bad placeholder.
+std::string validate_prefix_template(const std::string& tmpl);
+
+// The io_context must outlive the LogMux and be run by a single thread (the
+// agent's loop): pipes are read in their readiness handlers, and draining
+// relies on no other thread dispatching them meanwhile.
+class LogMux {
+  public:
+    struct Options {
+        std::string prefix_template = "[{rank}]: ";
+        // A line still without terminator this long after its first byte
+        // arrived is shown as far as it goes (its continuation follows it).
+        std::chrono::milliseconds partial_flush{100};
+        std::size_t tail_lines = 20;  // stderr lines kept per worker
+        int stdout_fd = 1;            // the console; tests pass pipes
+        int stderr_fd = 2;
+    };
+
+    LogMux(boost::asio::io_context& io, Options options);
+    ~LogMux();
+    LogMux(const LogMux&) = delete;
+    LogMux& operator=(const LogMux&) = delete;
+
+    // Starts carrying a worker's streams. Takes ownership of both read ends
+    // (they are made non-blocking). `id` is the caller's handle for the worker
+    // (the agent uses the local rank). Fails (returns a message) only when a
+    // log file cannot be opened; the pipes are carried anyway (console, tail,
+    // the other file), so no output is lost while the caller decides what to do.
+    // Adding an id again (next round) first drains and closes its old pipes.
+    std::string add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
+                           const StreamSink& out, const StreamSink& err);
+
+    // Reads what worker `id`'s pipes hold right now, without waiting, and
+    // carries it as usual (a pipe at EOF is closed). The agent calls it when a
+    // worker has exited, so stderr_tail() includes its last words before the
+    // loop would have got to them. Unknown ids are ignored.
+    void read_available(int id);
+
+    // Reads whatever is still buffered in every pipe without waiting (all
+    // writers are known to be dead), emits pending partial lines, closes the
+    // pipes and files. Called at the end of every round; the destructor does
+    // the same. A writer still alive (a grandchild holding the pipe) is cut
+    // off: what it wrote so far is carried, later writes get EPIPE.
+    void drain_and_close_all();
+
+    // The last `tail_lines` lines the worker wrote to stderr (without prefix or
+    // terminator), oldest first; a final line without newline counts. Lines end
+    // at '\n'; of a progress-bar line only the text after its last '\r' is
+    // kept (what a terminal showed). Kept after drain_and_close_all().
+    std::vector<std::string> stderr_tail(int id) const;
+
+    // True once every added pipe reached EOF (or was closed).
+    bool all_closed() const;
+
+    // First log-file write error, if any (e.g. disk full): "" when none. The
+    // mux keeps carrying output to the console after such an error.
+    const std::string& file_error() const;
+
+    std::size_t bytes_carried() const;
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,43 @@
+// Free-port reservation for MASTER_PORT. The port is held by a bound (not
+// listening) SO_REUSEADDR socket until the round ends, so a second job started
+// at the same moment cannot be handed the same port, while rank 0's store
+// (which also sets SO_REUSEADDR) can still bind and listen on it.
+#pragma once
+
+#include <expected>
+#include <string>
+
+#include "ddprun/fd.hpp"
+
+namespace ddprun {
+
+class PortReservation {
+  public:
+    // Binds an ephemeral port on all addresses. Fails with a message only when
+    // the system has no socket or port to give.
+    static std::expected<PortReservation, std::string> reserve();
+
+    int port() const { return m_port; }
+
+  private:
+    UniqueFd m_fd;
+    int m_port = 0;
+};
+
+}  // namespace ddprun
+
+namespace ddprun {
+
+struct Endpoint {
+    std::string host;
+    int port = 0;
+};
+
+// Splits an already validated "host[:port]" or "[v6addr][:port]".
+Endpoint split_endpoint(const std::string& text, int default_port);
+
+// True when `host` names an address of this machine (any loopback address,
+// or one assigned to a local interface): the agents that may host the store.
+bool is_local_host(const std::string& host);
+
+}  // namespace ddprun

@@ -1,0 +1,63 @@
+// Report: what went wrong in a job, as data, and how to show it. Pure apart
+// from read_error_file(): failures in, one summary box and one exit code out.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun {
+
+// How one worker ended, as the agent observed it.
+struct WorkerOutcome {
+    int rank = 0;
+    int local_rank = 0;
+    int node_rank = 0;
+    std::string host;
+    int pid = 0;
+    int exit_code = 0;             // when it exited normally
+    int signal = 0;                // non-zero: it died of this signal
+    bool stopped_by_ddprun = false;  // ddprun stopped it because of another failure or a signal
+    std::chrono::system_clock::time_point time;  // when the agent saw it end
+    std::string error_message;                   // from its error file, may be empty
+    std::vector<std::string> stderr_tail;        // last lines of its stderr
+
+    bool failed() const { return signal != 0 || exit_code != 0; }
+};
+
+// The parts of torch's error file (written by @record at
+// TORCHELASTIC_ERROR_FILE) that the report shows. Tolerates every shape torch
+// has written: {"message": "..."}, {"message": {"message": "...",
+// "extraInfo": {"timestamp": "..."}}}; anything else yields nullopt, never an
+// exception.
+struct ErrorFileInfo {
+    std::string message;
+    std::string timestamp;  // as written, may be empty
+};
+std::optional<ErrorFileInfo> parse_error_file(std::string_view json);
+// Reads and parses; nullopt when the file is missing, unreadable, too large
+// (over 1 MiB) or malformed.
+std::optional<ErrorFileInfo> read_error_file(const std::string& path);
+
+// The exit code a worker's end maps to: its code, or 128+N for signal N.
+int exit_code_of(const WorkerOutcome& outcome);
+
+// "SIGSEGV" for 11, "signal 77" for unknown numbers.
+std::string signal_name(int signal);
+
+// Index of the root cause among outcomes: the earliest failure by time that
+// ddprun did not cause itself; if every failure was stopped by ddprun, the
+// earliest failure; nullopt when nothing failed.
+std::optional<std::size_t> root_cause(const std::vector<WorkerOutcome>& outcomes);
+
+// The summary box printed when a job fails: the root cause (rank, local rank,
+// host, pid, exit code or signal name, time, error-file message, stderr tail),
+// then one line per other failure, those stopped by ddprun marked "stopped".
+// `title` is e.g. "ddprun: job failed". Plain text, no colours, lines <= ~100
+// columns apart from quoted worker output.
+std::string format_summary(const std::string& title, const std::vector<WorkerOutcome>& outcomes,
+                           std::size_t root);
+
+}  // namespace ddprun

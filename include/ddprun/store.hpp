@@ -1,0 +1,75 @@
+// Store: the key-value service agents coordinate through. Production uses
+// libtorch's c10d::TCPStore, reached through a plugin (libddprun_store.so)
+// that is dlopen'ed only for multi-node jobs, so a single-node run never loads
+// libtorch. Tests use MemoryStore. Every call may block (network) and must be
+// made off the agent's event loop; each has a bound (the store's timeout).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// Any store failure: timeout, connection lost, refused. what() is one line.
+class StoreError : public std::runtime_error {
+  public:
+    enum class Kind { Timeout, Connection, Other };
+    StoreError(Kind kind, const std::string& message) : std::runtime_error(message), m_kind(kind) {}
+    Kind kind() const { return m_kind; }
+
+  private:
+    Kind m_kind;
+};
+
+class Store {
+  public:
+    virtual ~Store() = default;
+    virtual void set(const std::string& key, const std::string& value) = 0;
+    // Blocks until the key exists or the store's timeout passes (StoreError Timeout).
+    virtual std::string get(const std::string& key) = 0;
+    virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+    // Sets `key` to `desired` if its current value is `expected` ("" = absent);
+    // returns the value after the call (so the caller knows who won).
+    virtual std::string compare_set(const std::string& key, const std::string& expected,
+                                    const std::string& desired) = 0;
+    // True if every key exists. Never blocks beyond one round trip.
+    virtual bool check(const std::vector<std::string>& keys) = 0;
+    // Blocks until every key exists, or `timeout` passes (StoreError Timeout).
+    virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+    // A second connection to the same store, for use from another thread.
+    virtual std::unique_ptr<Store> clone() = 0;
+};
+
+struct StoreOptions {
+    std::string host;
+    int port = 0;
+    bool is_server = false;                    // this agent hosts the store (listens on port)
+    std::chrono::milliseconds timeout{30000};  // bound of every operation, and of connecting
+};
+
+// Opens a TCPStore through the plugin. Errors (plugin or libtorch missing,
+// port in use, cannot connect) are StoreError with a one-line message that
+// names what to do.
+std::unique_ptr<Store> open_tcp_store(const StoreOptions& options);
+
+// True when the store plugin can be loaded (this build has libtorch).
+bool tcp_store_available();
+
+// An in-process store for tests (thread-safe; clone() shares the data).
+std::unique_ptr<Store> make_memory_store(std::chrono::milliseconds timeout);
+
+// The plugin's entry point, looked up with dlsym. The version is in the name so
+// that a plugin left over from a build with a different Store cannot be used.
+// On failure it returns null, sets *error_kind to a StoreError::Kind and writes
+// a one-line message (NUL-terminated, truncated to error_len) to error.
+inline constexpr const char* k_store_plugin_name = "libddprun_store.so";
+inline constexpr const char* k_store_plugin_entry = "ddprun_open_tcp_store_v1";
+using StorePluginEntry = Store* (*)(const char* host, int port, int is_server, long timeout_ms,
+                                    int* error_kind, char* error, std::size_t error_len);
+
+}  // namespace ddprun

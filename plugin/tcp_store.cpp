@@ -1,0 +1,353 @@
+// libddprun_store.so: libtorch's c10d::TCPStore behind ddprun::Store. It is a
+// plugin that src/store.cpp dlopens only when a job spans nodes, so that
+// ddprun itself never links libtorch and a single-node run never loads it.
+//
+// Everything c10d throws becomes a one-line StoreError here. The quirks of
+// c10d 1.13 (Debian 12) this file works around, each checked by a test:
+//  - a get/wait that times out leaves its reply in flight, and the next request
+//    on that connection reads the stale answer: after any failure the
+//    connection is dropped and the next call opens a new one;
+//  - the connect timeout is truncated to whole seconds (under 1 s fails at once);
+//  - compareSet on a missing key with a non-empty expected value answers the
+//    expected value, and it never wakes clients waiting for the key;
+//  - wait() with a zero timeout waits forever;
+//  - set() gets no reply, so another client may not see the value yet when
+//    it returns;
+//  - add() on a value that is not a number makes the server drop the connection;
+//  - it logs through glog to stderr, between ddprun's own one-line messages.
+#include <ddprun/store.hpp>
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+#include <torch/csrc/distributed/c10d/exception.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+
+namespace {
+
+using ddprun::StoreError;
+using Kind = StoreError::Kind;
+
+// The host's own connections go over loopback: the server listens on every
+// address, and the name the other nodes use may not resolve to this host here.
+constexpr const char* k_loopback = "127.0.0.1";
+// What a user can do about an occupied port, in the flags they know.
+constexpr const char* k_port_hint =
+    "pick a free port with --rdzv_endpoint=HOST:PORT (or --master_port)";
+
+std::vector<std::uint8_t> to_bytes(const std::string& text) {
+    return {text.begin(), text.end()};
+}
+std::string to_string(const std::vector<std::uint8_t>& bytes) {
+    return {bytes.begin(), bytes.end()};
+}
+
+// c10d messages can span lines and carry backtraces; a StoreError is one line.
+std::string first_line(std::string_view text) {
+    text = text.substr(0, text.find('\n'));
+    constexpr std::size_t k_max = 300;
+    if (text.size() > k_max) return std::string(text.substr(0, k_max)) + " [...]";
+    return std::string(text);
+}
+
+std::string describe_keys(const std::vector<std::string>& keys) {
+    if (keys.empty()) return "no keys";
+    std::string text = "'" + keys.front() + "'";
+    if (keys.size() > 1) text += " and " + std::to_string(keys.size() - 1) + " more";
+    return text;
+}
+
+std::string seconds_text(std::chrono::milliseconds timeout) {
+    auto ms = timeout.count();
+    if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+    return std::to_string(ms) + "ms";
+}
+
+bool contains(std::string_view text, std::string_view word) {
+    return text.find(word) != std::string_view::npos;
+}
+
+bool is_integer(std::string_view text) {
+    std::int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    return ec == std::errc() && end == text.data() + text.size();
+}
+
+// The message and kind of the exception being handled. Must be called from a
+// catch block.
+std::pair<Kind, std::string> classify_current_exception() {
+    try {
+        throw;
+    } catch (const c10::Error& e) {
+        std::string message = first_line(e.what_without_backtrace());
+        bool timeout = contains(message, "Timeout") || contains(message, "timed out");
+        return {timeout ? Kind::Timeout : Kind::Other, message};
+    } catch (const c10d::TimeoutError& e) {
+        return {Kind::Timeout, first_line(e.what())};
+    } catch (const c10d::C10dError& e) {
+        return {Kind::Connection, first_line(e.what())};
+    } catch (const std::system_error& e) {
+        int code = e.code().value();
+        bool timeout = code == EAGAIN || code == EWOULDBLOCK || code == ETIMEDOUT;
+        return {timeout ? Kind::Timeout : Kind::Connection, first_line(e.code().message())};
+    } catch (const std::exception& e) {
+        std::string message = first_line(e.what());
+        if (contains(message, "Timeout") || contains(message, "timed out"))
+            return {Kind::Timeout, message};
+        if (contains(message, "Connection") || contains(message, "Broken pipe"))
+            return {Kind::Connection, message};
+        return {Kind::Other, message};
+    } catch (...) {
+        return {Kind::Other, "unknown error"};
+    }
+}
+
+// c10d truncates the connect timeout to seconds; round up so that a short
+// timeout still gets one real attempt.
+std::chrono::milliseconds connect_timeout(std::chrono::milliseconds timeout) {
+    auto seconds = (timeout.count() + 999) / 1000;
+    return std::chrono::seconds(std::max<std::int64_t>(seconds, 1));
+}
+
+c10d::TCPStoreOptions tcp_options(int port, bool is_server, std::chrono::milliseconds timeout) {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(port);
+    options.isServer = is_server;
+    options.numWorkers = c10::nullopt;
+    options.waitWorkers = false;
+    options.timeout = connect_timeout(timeout);
+    options.multiTenant = false;
+    return options;
+}
+
+class TcpStore final : public ddprun::Store {
+  public:
+    // Hosts the store (listening on every address) when is_server; connects
+    // either way. Throws StoreError.
+    TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout)
+        : m_host(std::move(host)), m_port(port), m_timeout(timeout) {
+        if (is_server) {
+            start_server();
+            m_host = k_loopback;
+        }
+        std::lock_guard lock(m_mutex);
+        connected();
+    }
+
+    ~TcpStore() override {
+        // Close our connection before the server it talks to.
+        m_client.reset();
+        m_server.reset();
+    }
+
+    void set(const std::string& key, const std::string& value) override {
+        run("set", key, [&](c10d::TCPStore& client) {
+            client.set(key, to_bytes(value));
+            // c10d's set gets no reply. One round trip on the same connection
+            // (the server serves it in order) makes the value visible to every
+            // client by the time set returns, as MemoryStore's is.
+            client.check({key});
+        });
+    }
+
+    std::string get(const std::string& key) override {
+        return run("get", key, [&](c10d::TCPStore& client) { return to_string(client.get(key)); });
+    }
+
+    std::int64_t add(const std::string& key, std::int64_t delta) override {
+        try {
+            return run("add to", key,
+                       [&](c10d::TCPStore& client) { return client.add(key, delta); });
+        } catch (const StoreError& error) {
+            if (error.kind() != Kind::Connection) throw;
+            explain_failed_add(key);
+            throw;
+        }
+    }
+
+    std::string compare_set(const std::string& key, const std::string& expected,
+                            const std::string& desired) override {
+        return run("compare_set", key, [&](c10d::TCPStore& client) {
+            std::string result =
+                to_string(client.compareSet(key, to_bytes(expected), to_bytes(desired)));
+            bool ambiguous = !expected.empty() && result == expected;
+            if (ambiguous && (expected != desired || !client.check({key}))) return std::string();
+            if (result == desired && expected != desired) {
+                // Wake the waiters compareSet does not wake. Safe for keys
+                // that are only ever compare_set from absent, as ddprun's are.
+                client.set(key, to_bytes(desired));
+            }
+            return result;
+        });
+    }
+
+    bool check(const std::vector<std::string>& keys) override {
+        if (keys.empty()) return true;
+        return run("check", keys.front(),
+                   [&](c10d::TCPStore& client) { return client.check(keys); });
+    }
+
+    void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+        if (keys.empty()) return;
+        if (timeout.count() <= 0) {
+            if (!check(keys)) throw_wait_timeout(keys, timeout);
+            return;
+        }
+        run("wait for", keys.front(), [&](c10d::TCPStore& client) {
+            try {
+                client.wait(keys, timeout);
+            } catch (const c10::Error& e) {
+                if (!contains(e.what_without_backtrace(), "Timeout")) throw;
+                throw_wait_timeout(keys, timeout);
+            }
+        });
+    }
+
+    std::unique_ptr<ddprun::Store> clone() override {
+        return std::make_unique<TcpStore>(m_host, m_port, false, m_timeout);
+    }
+
+  private:
+    void start_server() {
+        try {
+            m_server =
+                std::make_unique<c10d::TCPStore>(k_loopback, tcp_options(m_port, true, m_timeout));
+        } catch (...) {
+            auto [kind, message] = classify_current_exception();
+            if (contains(message, "Address already in use")) {
+                throw StoreError(Kind::Other, "cannot host the rendezvous store: port " +
+                                                  std::to_string(m_port) +
+                                                  " is already in use on this host; " +
+                                                  k_port_hint);
+            }
+            throw StoreError(Kind::Other, "cannot host the rendezvous store on port " +
+                                              std::to_string(m_port) + ": " + message);
+        }
+        // Port 0 asks the system for a free one; later connections need the real one.
+        m_port = m_server->getPort();
+    }
+
+    // The live connection, opened if the last one failed. Needs m_mutex.
+    c10d::TCPStore& connected() {
+        if (m_client) return *m_client;
+        try {
+            m_client =
+                std::make_unique<c10d::TCPStore>(m_host, tcp_options(m_port, false, m_timeout));
+        } catch (...) {
+            auto [kind, message] = classify_current_exception();
+            throw StoreError(Kind::Connection, "cannot connect to the rendezvous store at " +
+                                                   endpoint() + " within " +
+                                                   seconds_text(connect_timeout(m_timeout)) + " (" +
+                                                   message + ")");
+        }
+        m_client->setTimeout(m_timeout);
+        return *m_client;
+    }
+
+    // Runs one request; any failure drops the connection (see the top of the
+    // file) and becomes a StoreError naming the operation and key.
+    template <class Request>
+    auto run(const char* operation, const std::string& key, Request&& request)
+        -> std::invoke_result_t<Request&, c10d::TCPStore&> {
+        std::lock_guard lock(m_mutex);
+        c10d::TCPStore& client = connected();
+        try {
+            return request(client);
+        } catch (const StoreError&) {
+            m_client.reset();
+            throw;
+        } catch (...) {
+            m_client.reset();
+            auto [kind, message] = classify_current_exception();
+            std::string prefix = std::string("rendezvous store at ") + endpoint() + ": ";
+            if (kind == Kind::Timeout) {
+                throw StoreError(kind, prefix + "timed out after " + seconds_text(m_timeout) +
+                                           " trying to " + operation + " '" + key + "'");
+            }
+            if (kind == Kind::Connection) {
+                throw StoreError(kind, prefix + "lost the connection (" + message + ") trying to " +
+                                           operation + " '" + key + "'");
+            }
+            throw StoreError(kind, prefix + "cannot " + operation + " '" + key + "': " + message);
+        }
+    }
+
+    [[noreturn]] void throw_wait_timeout(const std::vector<std::string>& keys,
+                                         std::chrono::milliseconds timeout) {
+        throw StoreError(Kind::Timeout, "rendezvous store at " + endpoint() + ": timed out after " +
+                                            seconds_text(timeout) + " waiting for " +
+                                            describe_keys(keys));
+    }
+
+    // The server drops a client whose add() meets a value that is not a
+    // number. Say so instead of blaming the network. Needs a live server.
+    void explain_failed_add(const std::string& key) {
+        std::string value;
+        try {
+            std::lock_guard lock(m_mutex);
+            c10d::TCPStore& client = connected();
+            if (!client.check({key})) return;
+            value = to_string(client.get(key));
+        } catch (...) {
+            m_client.reset();
+            return;
+        }
+        if (is_integer(value)) return;
+        if (value.size() > 40) value = value.substr(0, 40) + "...";
+        throw StoreError(Kind::Other, "rendezvous store at " + endpoint() + ": cannot add to '" +
+                                          key + "': it holds '" + value + "', not a number");
+    }
+
+    std::string endpoint() const { return m_host + ":" + std::to_string(m_port); }
+
+    std::string m_host;
+    int m_port;
+    std::chrono::milliseconds m_timeout;
+    std::unique_ptr<c10d::TCPStore> m_server;  // hosts the store; requests go through m_client
+    std::unique_ptr<c10d::TCPStore> m_client;  // null after a failure until the next request
+    std::mutex m_mutex;                        // one request at a time per connection
+};
+
+void copy_error(const std::string& message, char* error, std::size_t error_len) {
+    if (error == nullptr || error_len == 0) return;
+    std::size_t n = std::min(message.size(), error_len - 1);
+    std::memcpy(error, message.data(), n);
+    error[n] = '\0';
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) ddprun::Store* ddprun_open_tcp_store_v1(
+    const char* host, int port, int is_server, long timeout_ms, int* error_kind, char* error,
+    std::size_t error_len) {
+    static_assert(std::is_same_v<decltype(&ddprun_open_tcp_store_v1), ddprun::StorePluginEntry>);
+    try {
+        // ddprun speaks for itself in one-line messages; c10d's glog lines
+        // stay off unless the user asks for them the way torch documents.
+        static std::once_flag quiet;
+        std::call_once(quiet, [] {
+            if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 4;
+        });
+        return new TcpStore(host != nullptr ? host : "", port, is_server != 0,
+                            std::chrono::milliseconds(timeout_ms));
+    } catch (const StoreError& e) {
+        if (error_kind != nullptr) *error_kind = static_cast<int>(e.kind());
+        copy_error(e.what(), error, error_len);
+    } catch (const std::exception& e) {
+        if (error_kind != nullptr) *error_kind = static_cast<int>(Kind::Other);
+        copy_error(first_line(e.what()), error, error_len);
+    } catch (...) {
+        if (error_kind != nullptr) *error_kind = static_cast<int>(Kind::Other);
+        copy_error("unknown error opening the rendezvous store", error, error_len);
+    }
+    return nullptr;
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building, testing, benchmarking and
+# running the examples of ddprun needs. Why a script: CI starts from a bare
+# Debian image, and developers should get the same set with one command.
+#
+# Idempotent: when everything is already installed it does nothing (no
+# apt-get update, no network). Run as root, or as a user with sudo.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake clang-format
+  libcli11-dev libspdlog-dev libfmt-dev
+  libboost-dev libboost-filesystem-dev libboost-system-dev
+  nlohmann-json3-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  procps time git
+  # the multi-node store (c10d::TCPStore) and the C++ example
+  libtorch-dev libgloo-dev
+  # Python workers (examples/ddp_train.py): /usr/bin/python3 with torch 1.13
+  python3 python3-torch
+)
+
+installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]
+}
+
+missing=()
+for package in "${packages[@]}"; do
+  installed "$package" || missing+=("$package")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=()
+if ((EUID != 0)); then
+  if ! command -v sudo >/dev/null; then
+    echo "install-deps: missing packages (${missing[*]}) and not root; rerun as root" >&2
+    exit 1
+  fi
+  sudo=(sudo)
+fi
+
+apt_get=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -y -q
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
+
+# Only reached when something is missing, so the network is needed anyway; a
+# bare image has empty package lists and a long-lived one may have stale ones.
+"${apt_get[@]}" update
+"${apt_get[@]}" install --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The one command that says whether the tree is good: installs the Debian
+# packages, builds with warnings as errors, runs every CTest test and checks
+# formatting. CI runs exactly this (.ci/run); run it locally before pushing.
+#
+#   bash scripts/test.sh              # build into build/
+#   BUILD_DIR=build-x JOBS=1 bash scripts/test.sh
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build_dir=${BUILD_DIR:-build}
+jobs=${JOBS:-$(nproc)}
+
+bash scripts/install-deps.sh
+
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON
+cmake --build "$build_dir" -j"$jobs"
+
+# Each test has its own TIMEOUT in CMake; this bounds the run as a whole, so a
+# hung test cannot hold a CI runner for hours.
+timeout --kill-after=30 1800 \
+  ctest --test-dir "$build_dir" --output-on-failure -j2 --timeout 300
+
+# Formatting is checked after the tests so that a misplaced space does not
+# hide a real failure.
+mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.hpp' '*.h')
+unformatted=()
+for source in "${sources[@]}"; do
+  clang-format --dry-run --Werror "$source" >/dev/null 2>&1 || unformatted+=("$source")
+done
+if ((${#unformatted[@]} > 0)); then
+  echo "test.sh: not clang-formatted: ${unformatted[*]}" >&2
+  echo "test.sh: fix with: clang-format -i ${unformatted[*]}" >&2
+  exit 1
+fi
+echo "test.sh: all tests passed"

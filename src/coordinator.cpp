@@ -1,0 +1,217 @@
+// The agent's link to the other nodes (see coordinator.hpp).
+#include "ddprun/coordinator.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "ddprun/logging.hpp"
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace ddprun {
+namespace {
+
+// Blocking waits are cut in slices this long so that closing is prompt.
+constexpr std::chrono::milliseconds k_wait_slice{500};
+
+}  // namespace
+
+std::expected<std::unique_ptr<Coordinator>, RendezvousError> Coordinator::open(asio::io_context& io,
+                                                                               Options options) {
+    try {
+        auto store = open_tcp_store(options.store);
+        return std::unique_ptr<Coordinator>(
+            new Coordinator(io, std::move(options), std::move(store)));
+    } catch (const StoreError& e) {
+        return std::unexpected(RendezvousError{e.what(), exit_code::kRendezvous});
+    }
+}
+
+Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<Store> store)
+    : m_io(io), m_options(std::move(options)), m_store(std::move(store)) {
+    m_rendezvous = std::make_unique<Rendezvous>(*m_store, m_options.run_id);
+    m_ops_store = m_store->clone();
+    m_ops_rendezvous = std::make_unique<Rendezvous>(*m_ops_store, m_options.run_id);
+    m_ops = std::make_unique<asio::thread_pool>(1);
+}
+
+Coordinator::~Coordinator() {
+    m_closing = true;
+    m_wake.notify_all();
+    if (m_heartbeat.joinable()) m_heartbeat.join();
+    stop_watcher();
+    m_ops->join();
+}
+
+void Coordinator::stop_watcher() {
+    if (m_watcher.joinable()) m_watcher.join();
+}
+
+void Coordinator::join(int round, int master_port, JoinDone done) {
+    m_round = round;
+    NodeInfo me = m_options.me;
+    me.master_port = master_port;
+    asio::post(*m_ops, [this, round, me, done = std::move(done)] {
+        auto result =
+            m_ops_rendezvous->join(round, me, m_options.store.is_server, m_options.join_timeout);
+        asio::post(m_io, [done, result = std::move(result)] { done(result); });
+    });
+}
+
+void Coordinator::watch(int round, StopHandler on_stop) {
+    stop_watcher();
+    m_watcher = std::thread([this, round, on_stop = std::move(on_stop)] {
+        std::unique_ptr<Store> store;
+        try {
+            store = m_store->clone();
+        } catch (const StoreError& e) {
+            StopEvent lost;
+            lost.kind = StopEvent::Kind::StoreLost;
+            lost.message = e.what();
+            lost.exit_code = exit_code::kRendezvous;
+            asio::post(m_io, [on_stop, lost] { on_stop(lost); });
+            return;
+        }
+        Rendezvous rendezvous(*store, m_options.run_id);
+        for (;;) {
+            StopEvent event = rendezvous.wait_stop(round, k_wait_slice);
+            if (event.kind == StopEvent::Kind::Timeout) {
+                if (m_closing) return;
+                continue;
+            }
+            asio::post(m_io, [on_stop, event = std::move(event)] { on_stop(event); });
+            return;
+        }
+    });
+}
+
+void Coordinator::publish_failure(int round, FailureRecord record) {
+    asio::post(*m_ops, [this, round, record = std::move(record)] {
+        try {
+            m_ops_rendezvous->publish_failure(round, record);
+        } catch (const StoreError& e) {
+            // The watcher sees the store go too; this only explains why.
+            spdlog::debug("publishing the failure: {}", e.what());
+        }
+    });
+}
+
+void Coordinator::publish_finished(int round) {
+    asio::post(*m_ops, [this, round] {
+        try {
+            m_ops_rendezvous->publish_finished(round, nnodes());
+        } catch (const StoreError& e) {
+            spdlog::debug("publishing the end of this node's workers: {}", e.what());
+        }
+    });
+}
+
+void Coordinator::abort(int round, const std::string& message, int exit_code) {
+    try {
+        m_rendezvous->abort(round, nnodes(), message, exit_code);
+    } catch (const StoreError& e) {
+        spdlog::debug("aborting the round: {}", e.what());
+    }
+}
+
+void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds bound) {
+    stop_watcher();
+    try {
+        m_rendezvous->acknowledge(round, node_rank, nnodes());
+        if (m_options.store.is_server) {
+            auto missing = m_rendezvous->wait_acknowledged(round, nnodes(), bound);
+            if (!missing.empty())
+                spdlog::warn("{} node(s) did not confirm the end of the job; closing the store",
+                             missing.size());
+        }
+    } catch (const StoreError& e) {
+        spdlog::debug("ending the round: {}", e.what());
+    }
+}
+
+void Coordinator::start_heartbeats(int node_rank, LostHandler on_lost) {
+    if (m_heartbeat.joinable()) return;
+    m_heartbeat = std::thread(
+        [this, node_rank, on_lost = std::move(on_lost)] { heartbeat_loop(node_rank, on_lost); });
+}
+
+void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
+    const auto timeout = m_options.heartbeat_timeout;
+    // Several beats per timeout, so that one late beat is not a lost node.
+    const auto interval = std::max<std::chrono::milliseconds>(timeout / 5, 50ms);
+    const bool host = m_options.store.is_server;
+    std::unique_ptr<Store> store;
+    try {
+        StoreOptions client = m_options.store;
+        store = m_store->clone();
+    } catch (const StoreError& e) {
+        asio::post(m_io, [on_lost, msg = std::string(e.what())] { on_lost(msg); });
+        return;
+    }
+    Rendezvous rendezvous(*store, m_options.run_id);
+    int round = -1;
+    std::unique_ptr<HeartbeatMonitor> monitor;
+    bool reported = false;
+    std::int64_t seq = 0;
+    std::unique_lock lock(m_mutex);
+    while (!m_closing) {
+        lock.unlock();
+        auto now = HeartbeatMonitor::Clock::now();
+        try {
+            if (m_round != round) {
+                round = m_round;
+                std::vector<int> watched;
+                if (host) {
+                    for (int node = 0; node < nnodes(); ++node)
+                        if (node != node_rank) watched.push_back(node);
+                } else {
+                    watched.push_back(0);
+                }
+                monitor = std::make_unique<HeartbeatMonitor>(watched, timeout, now);
+                reported = false;
+            }
+            rendezvous.beat(round, node_rank, ++seq);
+            if (host) {
+                auto beats = rendezvous.read_heartbeats(round, nnodes());
+                for (int node = 0; node < nnodes(); ++node)
+                    if (node != node_rank)
+                        monitor->observe(node, beats.at(static_cast<std::size_t>(node)), now);
+            } else {
+                monitor->observe(0, rendezvous.read_heartbeat(round, 0), now);
+            }
+            auto stale = monitor->stale(HeartbeatMonitor::Clock::now());
+            if (!stale.empty() && !reported) {
+                reported = true;
+                if (host) {
+                    FailureRecord record;
+                    record.kind = FailureKind::NodeLost;
+                    record.node_rank = stale.front();
+                    record.exit_code = exit_code::kRendezvous;
+                    record.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count();
+                    record.message = fmt::format(
+                        "node {} stopped answering (no heartbeat for {} ms: killed, frozen or "
+                        "cut off)",
+                        stale.front(), timeout.count());
+                    rendezvous.publish_failure(round, record);
+                } else {
+                    std::string msg = fmt::format(
+                        "the store's host (node 0) stopped answering (no heartbeat for {} ms)",
+                        timeout.count());
+                    asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+                }
+            }
+        } catch (const StoreError& e) {
+            std::string msg = std::string("lost the rendezvous store: ") + e.what();
+            asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+            return;
+        }
+        lock.lock();
+        m_wake.wait_for(lock, interval, [this] { return m_closing.load(); });
+    }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,552 @@
+// LogMux: the hot path of ddprun. Every byte a worker writes passes through
+// here once, so the loop is built around whole chunks: one read() per chunk,
+// the prefixed output assembled in one reusable buffer, one write() per
+// destination. Per-line work is a memchr and two appends; nothing allocates or
+// makes a syscall per line.
+//
+// Pipes are watched with async_wait (readiness) and read here with read(),
+// rather than with async_read_some: then no bytes ever sit inside Asio in a
+// completed-but-not-yet-dispatched read, and drain_and_close_all() can read
+// every pipe to the end without losing or reordering anything.
+#include "ddprun/log_mux.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string_view>
+
+#include "ddprun/line_splitter.hpp"
+
+namespace ddprun {
+
+namespace {
+
+constexpr std::size_t k_read_size = 128 * 1024;
+// A full read means the pipe may hold more; after this many in a row the
+// stream yields so one chatty worker cannot starve the others or the timers.
+constexpr int k_reads_per_turn = 16;
+// A line without terminator is flushed early past this size, so memory stays
+// bounded when a worker writes megabytes without a newline.
+constexpr std::size_t k_max_pending = 1024 * 1024;
+// Longest stderr line kept in the tail; the rest of such a line is dropped.
+constexpr std::size_t k_max_tail_line = 64 * 1024;
+
+// Writes everything, retrying on EINTR and waiting for writability on
+// EAGAIN (a console someone made non-blocking). Returns 0 or an errno.
+int write_all(int fd, const char* data, std::size_t size) {
+    while (size > 0) {
+        ssize_t written = ::write(fd, data, size);
+        if (written >= 0) {
+            data += written;
+            size -= static_cast<std::size_t>(written);
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            pollfd pfd{fd, POLLOUT, 0};
+            ::poll(&pfd, 1, -1);  // blocking here is the console's backpressure
+        } else if (errno != EINTR) {
+            return errno;
+        }
+    }
+    return 0;
+}
+
+// The assembled console write. Appends are inlined memcpys with one capacity
+// check: std::string::append costs a library call per segment, which is a
+// third of the per-line cost at 100-byte lines.
+class OutputBuffer {
+  public:
+    void clear() { m_size = 0; }
+    const char* data() const { return m_data.get(); }
+    std::size_t size() const { return m_size; }
+
+    void append(std::string_view text) {
+        if (m_capacity - m_size < text.size()) grow(text.size());
+        std::memcpy(m_data.get() + m_size, text.data(), text.size());
+        m_size += text.size();
+    }
+
+  private:
+    void grow(std::size_t extra) {
+        std::size_t capacity = std::max({m_capacity * 2, m_size + extra, k_read_size * 2});
+        auto data = std::make_unique_for_overwrite<char[]>(capacity);
+        if (m_size > 0) std::memcpy(data.get(), m_data.get(), m_size);
+        m_data = std::move(data);
+        m_capacity = capacity;
+    }
+
+    std::unique_ptr<char[]> m_data;
+    std::size_t m_size = 0;
+    std::size_t m_capacity = 0;
+};
+
+// The last lines of one stderr stream, for the failure report. A fixed ring of
+// strings whose capacity is reused, so keeping the tail costs no allocation
+// once warm. Lines end at '\n'; within a line only the text after the last
+// '\r' is kept, which is what a terminal shows for a progress bar.
+class StderrTail {
+  public:
+    explicit StderrTail(std::size_t lines) : m_ring(lines) {}
+
+    void feed(std::string_view chunk) {
+        if (m_ring.empty()) return;
+        std::size_t last_nl = chunk.rfind('\n');
+        if (last_nl == std::string_view::npos) {
+            append_to_current(chunk);
+            return;
+        }
+        // Only the last ring-size lines of the chunk can survive: find where
+        // they start and skip the rest (and the pending partial) unread.
+        std::size_t begin = 0;
+        std::size_t pos = last_nl;
+        for (std::size_t found = 1; pos > 0; ++found) {
+            std::size_t prev = chunk.rfind('\n', pos - 1);
+            if (prev == std::string_view::npos) break;
+            if (found == m_ring.size()) {
+                begin = prev + 1;
+                m_current.clear();
+                break;
+            }
+            pos = prev;
+        }
+        while (begin <= last_nl) {
+            std::size_t nl = chunk.find('\n', begin);
+            append_to_current(chunk.substr(begin, nl - begin));
+            if (!m_current.empty() && m_current.back() == '\r') m_current.pop_back();
+            m_ring[m_next].swap(m_current);
+            m_current.clear();
+            m_next = (m_next + 1) % m_ring.size();
+            m_count = std::min(m_count + 1, m_ring.size());
+            begin = nl + 1;
+        }
+        append_to_current(chunk.substr(last_nl + 1));
+    }
+
+    std::vector<std::string> lines() const {
+        std::string partial = m_current;
+        if (!partial.empty() && partial.back() == '\r') partial.pop_back();
+        std::size_t keep = std::min(m_count, m_ring.size() - (partial.empty() ? 0 : 1));
+        std::vector<std::string> out;
+        for (std::size_t i = keep; i > 0; --i) {
+            out.push_back(m_ring[(m_next + m_ring.size() - i) % m_ring.size()]);
+        }
+        if (!partial.empty()) out.push_back(std::move(partial));
+        return out;
+    }
+
+  private:
+    // m_current never holds a '\r' except as its last byte, which may be the
+    // first half of a "\r\n".
+    void append_to_current(std::string_view text) {
+        if (text.empty()) return;
+        std::size_t cr = text.substr(0, text.size() - 1).rfind('\r');
+        if (cr != std::string_view::npos) {
+            m_current.clear();
+            text.remove_prefix(cr + 1);
+        } else if (!m_current.empty() && m_current.back() == '\r') {
+            m_current.clear();
+        }
+        std::size_t room = k_max_tail_line - std::min(m_current.size(), k_max_tail_line);
+        m_current.append(text.substr(0, room));
+    }
+
+    std::vector<std::string> m_ring;
+    std::size_t m_next = 0;
+    std::size_t m_count = 0;
+    std::string m_current;
+};
+
+}  // namespace
+
+struct LogMux::Impl {
+    struct Stream;
+
+    // One of ddprun's own output fds. When stdout and stderr are the same file
+    // (a terminal, 2>&1) both streams share one Console, so a partial line on one
+    // is terminated before the other writes.
+    struct Console {
+        int fd = -1;
+        Stream* owner = nullptr;  // the stream that left this console mid-line
+        bool failed = false;      // a write failed (e.g. EPIPE): stop writing
+    };
+
+    // One worker pipe. Handlers hold a shared_ptr to it and do nothing once it is
+    // closed, so they are safe whenever Asio runs (or destroys) them.
+    struct Stream {
+        Stream(boost::asio::io_context& io, int fd) : pipe(io, fd), partial_timer(io) {}
+
+        Impl* mux = nullptr;
+        bool open = true;
+        boost::asio::posix::stream_descriptor pipe;
+        boost::asio::steady_timer partial_timer;
+        bool timer_armed = false;
+        // When the oldest byte still held back by the splitter arrived.
+        std::chrono::steady_clock::time_point partial_since;
+        Console* console = nullptr;  // null: not shown on the console
+        std::string prefix;
+        LineSplitter splitter;
+        int file_fd = -1;
+        std::string file_path;
+        std::shared_ptr<StderrTail> tail;  // stderr streams only
+    };
+
+    struct Worker {
+        std::shared_ptr<Stream> out, err;
+        std::shared_ptr<StderrTail> tail;
+    };
+
+    Impl(boost::asio::io_context& io_context, Options opts)
+        : io(io_context), options(std::move(opts)), read_buffer(k_read_size) {
+        consoles[0].fd = options.stdout_fd;
+        consoles[1].fd = options.stderr_fd;
+        struct stat a {};
+        struct stat b {};
+        bool same = options.stdout_fd == options.stderr_fd ||
+                    (::fstat(options.stdout_fd, &a) == 0 && ::fstat(options.stderr_fd, &b) == 0 &&
+                     a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+        stderr_console = same ? &consoles[0] : &consoles[1];
+    }
+
+    std::shared_ptr<Stream> open_stream(int fd, Console* console, const std::string& prefix,
+                                        const StreamSink& sink, std::string& error) {
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+        ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // never inherited by the next worker spawned
+        auto stream = std::make_shared<Stream>(io, fd);
+        stream->mux = this;
+        stream->prefix = prefix;
+        if (sink.console && console->fd >= 0) stream->console = console;
+        if (!sink.file_path.empty()) {
+            stream->file_path = sink.file_path;
+            stream->file_fd = ::open(sink.file_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+            if (stream->file_fd < 0 && error.empty()) {
+                error = "opening log file " + sink.file_path + ": " + std::strerror(errno);
+            }
+        }
+        ++open_streams;
+        return stream;
+    }
+
+    // Reads until the pipe is empty (a short read says so), then waits for the
+    // next edge. Waiting only on an empty pipe is what makes the edge-triggered
+    // reactor safe: any later write raises a new edge.
+    void pump(const std::shared_ptr<Stream>& stream) {
+        for (int i = 0; i < k_reads_per_turn; ++i) {
+            ssize_t got = ::read(stream->pipe.native_handle(), read_buffer.data(), k_read_size);
+            if (got > 0) {
+                carry(stream, std::string_view(read_buffer.data(), static_cast<std::size_t>(got)));
+                if (static_cast<std::size_t>(got) < k_read_size) return wait(stream);
+            } else if (got == 0) {
+                return close_stream(*stream);
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return wait(stream);
+            } else if (errno != EINTR) {
+                return close_stream(*stream);
+            }
+        }
+        boost::asio::post(io, [stream] {
+            if (stream->open) stream->mux->pump(stream);
+        });
+    }
+
+    void wait(const std::shared_ptr<Stream>& stream) {
+        stream->pipe.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                                [stream](const boost::system::error_code&) {
+                                    // Errors surface again from read() in pump.
+                                    if (stream->open) stream->mux->pump(stream);
+                                });
+    }
+
+    // Collects a stream's segments for one console write.
+    struct SegmentSink {
+        OutputBuffer& output;
+        const std::string& prefix;
+        void operator()(const LineSplitter::Segment& segment) const {
+            if (segment.starts_line) output.append(prefix);
+            output.append(segment.text);
+        }
+    };
+
+    // The first byte of every console write is reserved for the "\n" that
+    // ends another stream's partial line; whether it is needed is decided once
+    // per write in end_output, not per segment.
+    SegmentSink begin_output(const Stream& stream) {
+        output.clear();
+        output.append("\n");
+        return SegmentSink{output, stream.prefix};
+    }
+
+    void end_output(Stream& stream) {
+        if (output.size() == 1) return;  // nothing collected
+        Console& console = *stream.console;
+        std::size_t skip = 1;
+        if (console.owner != nullptr && console.owner != &stream) {
+            console.owner->splitter.line_broken();  // its continuation gets a prefix
+            skip = 0;
+        }
+        console.owner = stream.splitter.mid_line() ? &stream : nullptr;
+        if (write_all(console.fd, output.data() + skip, output.size() - skip) != 0) {
+            console.failed = true;
+        }
+    }
+
+    void carry(const std::shared_ptr<Stream>& stream, std::string_view chunk) {
+        bytes_carried += chunk.size();
+        if (stream->file_fd >= 0) write_file(*stream, chunk);
+        if (stream->tail) stream->tail->feed(chunk);
+        if (stream->console == nullptr || stream->console->failed) return;
+
+        LineSplitter& splitter = stream->splitter;
+        std::size_t pending_before = splitter.pending_size();
+        SegmentSink sink = begin_output(*stream);
+        splitter.feed(chunk, sink);
+        if (splitter.pending_size() > k_max_pending) splitter.flush_partial(sink);
+        end_output(*stream);
+        if (!splitter.has_partial()) return;
+        // A new partial started if none was pending or a terminator ended the
+        // old one; otherwise this chunk only extended it.
+        if (pending_before == 0 || splitter.pending_size() != pending_before + chunk.size()) {
+            stream->partial_since = std::chrono::steady_clock::now();
+        }
+        arm_partial_timer(stream);
+    }
+
+    void write_file(Stream& stream, std::string_view chunk) {
+        int error = write_all(stream.file_fd, chunk.data(), chunk.size());
+        if (error == 0) return;
+        if (file_error.empty())
+            file_error = "writing " + stream.file_path + ": " + std::strerror(error);
+        ::close(stream.file_fd);
+        stream.file_fd = -1;
+    }
+
+    // A partial line is shown once its first byte has waited partial_flush.
+    // Timing from that byte, not from the last read, means a line that keeps
+    // completing under a steady flow is never cut, while one that trickles in
+    // without a newline (progress dots) still shows up every interval. At most
+    // one timer per stream is in flight; it re-arms itself if the partial it
+    // was set for was completed and a younger one is pending.
+    void arm_partial_timer(const std::shared_ptr<Stream>& stream) {
+        if (stream->timer_armed) return;
+        stream->timer_armed = true;
+        stream->partial_timer.expires_at(stream->partial_since + options.partial_flush);
+        stream->partial_timer.async_wait([stream](const boost::system::error_code& ec) {
+            stream->timer_armed = false;
+            if (ec || !stream->open) return;
+            stream->mux->on_partial_timer(stream);
+        });
+    }
+
+    void on_partial_timer(const std::shared_ptr<Stream>& stream) {
+        if (!stream->splitter.has_partial() || stream->console->failed) return;
+        if (std::chrono::steady_clock::now() < stream->partial_since + options.partial_flush) {
+            return arm_partial_timer(stream);
+        }
+        stream->splitter.flush_partial(begin_output(*stream));
+        end_output(*stream);
+    }
+
+    // EOF (or the end of the round): the pending partial goes out, and a
+    // console left mid-line by this stream gets the newline the worker never
+    // wrote, so the next output starts on its own line.
+    void close_stream(Stream& stream) {
+        if (!stream.open) return;
+        if (stream.console != nullptr && !stream.console->failed) {
+            stream.splitter.finish(begin_output(stream));
+            if (stream.splitter.mid_line()) {
+                output.append("\n");
+                stream.splitter.line_broken();
+            }
+            end_output(stream);
+        }
+        if (stream.console != nullptr && stream.console->owner == &stream) {
+            stream.console->owner = nullptr;
+        }
+        stream.open = false;
+        boost::system::error_code ignored;
+        stream.pipe.close(ignored);  // cancels the pending wait; its handler sees !open
+        stream.partial_timer.cancel();
+        if (stream.file_fd >= 0) ::close(stream.file_fd);
+        stream.file_fd = -1;
+        --open_streams;
+    }
+
+    // Reads what the pipe holds without waiting; closes it at EOF or, with
+    // `close_anyway`, in any case. A wait still pending on it stays valid: it
+    // finds the pipe empty and waits again.
+    void read_now(const std::shared_ptr<Stream>& stream, bool close_anyway) {
+        while (stream->open) {
+            ssize_t got = ::read(stream->pipe.native_handle(), read_buffer.data(), k_read_size);
+            if (got > 0) {
+                carry(stream, std::string_view(read_buffer.data(), static_cast<std::size_t>(got)));
+            } else if (got < 0 && errno == EINTR) {
+                continue;
+            } else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !close_anyway) {
+                return;  // a writer still holds the pipe
+            } else {
+                break;  // EOF, an error, or the round is over
+            }
+        }
+        close_stream(*stream);
+    }
+
+    void read_worker_now(Worker& worker, bool close_anyway) {
+        for (const auto& stream : {worker.out, worker.err}) {
+            if (stream && stream->open) read_now(stream, close_anyway);
+        }
+    }
+
+    boost::asio::io_context& io;
+    Options options;
+    std::array<Console, 2> consoles;
+    Console* stderr_console = nullptr;
+    std::vector<char> read_buffer;  // shared: every read is handled before the next one
+    OutputBuffer output;            // the assembled console write, reused
+    std::map<int, Worker> workers;
+    std::size_t open_streams = 0;
+    std::size_t bytes_carried = 0;
+    std::string file_error;
+};
+
+namespace {
+
+constexpr std::array<std::string_view, 4> k_placeholders{"rank", "local_rank", "node_rank", "role"};
+
+// Walks a prefix template once: on_text gets literal text, on_placeholder the
+// name inside each "{name}". A stray brace is passed on as text. Returns the
+// first problem found, or "".
+template <typename OnText, typename OnPlaceholder>
+std::string parse_prefix(std::string_view tmpl, OnText&& on_text, OnPlaceholder&& on_placeholder) {
+    std::string error;
+    std::size_t i = 0;
+    while (i < tmpl.size()) {
+        std::size_t brace = tmpl.find_first_of("{}", i);
+        on_text(tmpl.substr(i, brace - i));
+        if (brace == std::string_view::npos) break;
+        char c = tmpl[brace];
+        if (brace + 1 < tmpl.size() && tmpl[brace + 1] == c) {  // "{{" or "}}"
+            on_text(tmpl.substr(brace, 1));
+            i = brace + 2;
+            continue;
+        }
+        std::size_t close = c == '{' ? tmpl.find_first_of("{}", brace + 1) : brace;
+        if (close == brace || close == std::string_view::npos || tmpl[close] != '}') {
+            if (error.empty()) {
+                error = std::string("unmatched '") + c + "' at character " +
+                        std::to_string(brace + 1) + " (write " + c + c + " for a literal brace)";
+            }
+            on_text(tmpl.substr(brace, 1));
+            i = brace + 1;
+            continue;
+        }
+        on_placeholder(tmpl.substr(brace + 1, close - brace - 1));
+        i = close + 1;
+    }
+    return error;
+}
+
+}  // namespace
+
+std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
+    std::string out;
+    parse_prefix(
+        tmpl, [&](std::string_view text) { out += text; },
+        [&](std::string_view name) {
+            if (name == "rank") {
+                out += std::to_string(source.rank);
+            } else if (name == "local_rank") {
+                out += std::to_string(source.local_rank);
+            } else if (name == "node_rank") {
+                out += std::to_string(source.node_rank);
+            } else if (name == "role") {
+                out += source.role;
+            } else {
+                out += '{';
+                out += name;
+                out += '}';
+            }
+        });
+    return out;
+}
+
+std::string validate_prefix_template(const std::string& tmpl) {
+    std::string unknown;
+    std::string error = parse_prefix(
+        tmpl, [](std::string_view) {},
+        [&](std::string_view name) {
+            bool known = std::find(k_placeholders.begin(), k_placeholders.end(), name) !=
+                         k_placeholders.end();
+            if (!known && unknown.empty()) unknown = "{" + std::string(name) + "}";
+        });
+    if (!error.empty() || unknown.empty()) return error;
+    return "unknown placeholder " + unknown +
+           " (known: {rank}, {local_rank}, {node_rank}, {role}; {{ and }} are literal braces)";
+}
+
+LogMux::LogMux(boost::asio::io_context& io, Options options)
+    : m_impl(std::make_unique<Impl>(io, std::move(options))) {}
+
+LogMux::~LogMux() {
+    drain_and_close_all();
+}
+
+std::string LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
+                               const StreamSink& out, const StreamSink& err) {
+    Impl& impl = *m_impl;
+    auto previous = impl.workers.find(id);
+    if (previous != impl.workers.end()) impl.read_worker_now(previous->second, true);
+
+    std::string prefix = expand_prefix(impl.options.prefix_template, source);
+    std::string error;
+    Impl::Worker worker;
+    worker.tail = std::make_shared<StderrTail>(impl.options.tail_lines);
+    worker.out = impl.open_stream(stdout_fd, &impl.consoles[0], prefix, out, error);
+    worker.err = impl.open_stream(stderr_fd, impl.stderr_console, prefix, err, error);
+    worker.err->tail = worker.tail;
+    for (const auto& stream : {worker.out, worker.err}) {
+        boost::asio::post(impl.io, [stream] {
+            if (stream->open) stream->mux->pump(stream);
+        });
+    }
+    impl.workers[id] = std::move(worker);
+    return error;
+}
+
+void LogMux::read_available(int id) {
+    auto it = m_impl->workers.find(id);
+    if (it != m_impl->workers.end()) m_impl->read_worker_now(it->second, false);
+}
+
+void LogMux::drain_and_close_all() {
+    for (auto& [id, worker] : m_impl->workers) m_impl->read_worker_now(worker, true);
+}
+
+std::vector<std::string> LogMux::stderr_tail(int id) const {
+    auto it = m_impl->workers.find(id);
+    if (it == m_impl->workers.end()) return {};
+    return it->second.tail->lines();
+}
+
+bool LogMux::all_closed() const {
+    return m_impl->open_streams == 0;
+}
+
+const std::string& LogMux::file_error() const {
+    return m_impl->file_error;
+}
+
+std::size_t LogMux::bytes_carried() const {
+    return m_impl->bytes_carried;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,177 @@
+// The rank plan (see rank_plan.hpp): pure arithmetic and environment
+// construction, so that every rule of the worker contract is unit-tested.
+#include "ddprun/rank_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace ddprun {
+namespace {
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) out += sep;
+        out += items[i];
+    }
+    return out;
+}
+
+// Quotes a word for display when it holds anything a shell would split on.
+std::string shell_word(const std::string& word) {
+    if (!word.empty() && word.find_first_of(" \t\n'\"\\$`*?[]{}()<>|&;#~!") == std::string::npos)
+        return word;
+    std::string out = "'";
+    for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+}  // namespace
+
+std::expected<int, UsageError> resolve_nproc(const NprocSpec& spec,
+                                             const NodeResources& resources) {
+    const int ndevices = static_cast<int>(resources.devices.size());
+    const std::string where =
+        resources.devices_inherited ? "in the inherited CUDA_VISIBLE_DEVICES" : "on this machine";
+    switch (spec.kind) {
+        case NprocKind::Count:
+            if (ndevices > 0 && spec.count > ndevices)
+                return std::unexpected(UsageError{fmt::format(
+                    "--nproc_per_node={}: more workers than the {} GPU{} {}; lower it, or use "
+                    "--all-devices to give every worker every GPU",
+                    spec.count, ndevices, ndevices == 1 ? "" : "s", where)});
+            return spec.count;
+        case NprocKind::Gpu:
+            if (ndevices == 0)
+                return std::unexpected(UsageError{
+                    "--nproc_per_node=gpu: no GPU found (no CUDA_VISIBLE_DEVICES and no NVIDIA "
+                    "driver); give a number, or use --nproc_per_node=cpu"});
+            return ndevices;
+        case NprocKind::Cpu:
+            return std::max(1, resources.cpus);
+        case NprocKind::Auto:
+            return ndevices > 0 ? ndevices : std::max(1, resources.cpus);
+    }
+    return 1;
+}
+
+std::vector<std::string> worker_command(const LaunchConfig& config, const Environment& env) {
+    std::vector<std::string> argv;
+    if (config.program_kind != ProgramKind::Executable) {
+        auto it = env.find("PYTHON_EXEC");
+        argv.push_back(it != env.end() && !it->second.empty() ? it->second : "python3");
+        argv.push_back("-u");
+        if (config.program_kind == ProgramKind::PythonModule) argv.push_back("-m");
+    }
+    argv.push_back(config.program);
+    argv.insert(argv.end(), config.args.begin(), config.args.end());
+    return argv;
+}
+
+int rank_offset(const std::vector<int>& nproc_per_node, int node_rank) {
+    auto end =
+        nproc_per_node.begin() + std::min<std::ptrdiff_t>(node_rank, std::ssize(nproc_per_node));
+    return std::accumulate(nproc_per_node.begin(), end, 0);
+}
+
+std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResources& resources,
+                                  const RoundInfo& round, const Environment& inherited,
+                                  const std::string& error_file_dir) {
+    const int nnodes = static_cast<int>(round.nproc_per_node.size());
+    const int local_world_size = round.nproc_per_node.at(static_cast<std::size_t>(round.node_rank));
+    const int world_size =
+        std::accumulate(round.nproc_per_node.begin(), round.nproc_per_node.end(), 0);
+    const int offset = rank_offset(round.nproc_per_node, round.node_rank);
+    const auto argv = worker_command(config, inherited);
+    const bool per_worker_device = !config.all_devices || config.virtual_local_rank;
+
+    auto unless_set = [&](std::vector<std::pair<std::string, std::string>>& env,
+                          const std::string& name, const std::string& value) {
+        if (!inherited.contains(name)) env.emplace_back(name, value);
+    };
+
+    std::vector<WorkerSpec> workers;
+    for (int local = 0; local < local_world_size; ++local) {
+        WorkerSpec w;
+        w.node_rank = round.node_rank;
+        w.local_rank = local;
+        w.rank = offset + local;
+        w.world_size = world_size;
+        w.local_world_size = local_world_size;
+        w.argv = argv;
+        if (!resources.devices.empty()) {
+            w.sets_devices = true;
+            std::size_t index = static_cast<std::size_t>(local) % resources.devices.size();
+            w.devices = per_worker_device ? resources.devices[index] : join(resources.devices, ",");
+        }
+
+        auto& env = w.env;
+        env.emplace_back("RANK", std::to_string(w.rank));
+        env.emplace_back("LOCAL_RANK", std::to_string(config.virtual_local_rank ? 0 : local));
+        env.emplace_back("WORLD_SIZE", std::to_string(world_size));
+        env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(local_world_size));
+        env.emplace_back("GROUP_RANK", std::to_string(round.node_rank));
+        env.emplace_back("NODE_RANK", std::to_string(round.node_rank));
+        env.emplace_back("GROUP_WORLD_SIZE", std::to_string(nnodes));
+        env.emplace_back("NNODES", std::to_string(nnodes));
+        env.emplace_back("ROLE_NAME", config.role);
+        env.emplace_back("ROLE_RANK", std::to_string(w.rank));
+        env.emplace_back("ROLE_WORLD_SIZE", std::to_string(world_size));
+        env.emplace_back("MASTER_ADDR", round.master_addr);
+        env.emplace_back("MASTER_PORT", std::to_string(round.master_port));
+        if (w.sets_devices) env.emplace_back("CUDA_VISIBLE_DEVICES", w.devices);
+        env.emplace_back("TORCHELASTIC_RESTART_COUNT", std::to_string(round.restart_count));
+        env.emplace_back("TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts));
+        env.emplace_back("TORCHELASTIC_RUN_ID", config.rdzv_id);
+        // Rank 0's own store listens at MASTER_ADDR:MASTER_PORT, as with torchrun's static
+        // rendezvous; workers must not look for an agent store.
+        env.emplace_back("TORCHELASTIC_USE_AGENT_STORE", "False");
+        if (!error_file_dir.empty())
+            env.emplace_back("TORCHELASTIC_ERROR_FILE",
+                             fmt::format("{}/{}/error.json", error_file_dir, local));
+        if (local_world_size > 1) unless_set(env, "OMP_NUM_THREADS", "1");
+        unless_set(env, "PYTHONUNBUFFERED", "1");
+        unless_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+        workers.push_back(std::move(w));
+    }
+    return workers;
+}
+
+std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec>& all_workers,
+                        const std::string& master) {
+    std::string out;
+    const int world = all_workers.empty() ? 0 : all_workers.front().world_size;
+    int nnodes = 0;
+    for (const auto& w : all_workers) nnodes = std::max(nnodes, w.node_rank + 1);
+    out += fmt::format(
+        "ddprun plan: {} node{} x {} worker{} per node = world_size {} (world_size counts "
+        "processes, not machines)\n",
+        nnodes, nnodes == 1 ? "" : "s",
+        all_workers.empty() ? 0 : all_workers.front().local_world_size,
+        all_workers.empty() || all_workers.front().local_world_size == 1 ? "" : "s", world);
+    out += "rank = node_rank * nproc_per_node + local_rank; MASTER_ADDR:MASTER_PORT = " + master +
+           "\n\n";
+
+    std::vector<std::string> command;
+    if (!all_workers.empty())
+        for (const auto& word : all_workers.front().argv) command.push_back(shell_word(word));
+
+    std::size_t dev_width = std::string("CUDA_VISIBLE_DEVICES").size();
+    for (const auto& w : all_workers)
+        dev_width =
+            std::max(dev_width, (w.sets_devices ? w.devices : std::string("(unset)")).size());
+    out += fmt::format("{:>9}  {:>10}  {:>5}  {:>10}  {:<{}}  {}\n", "node_rank", "local_rank",
+                       "rank", "world_size", "CUDA_VISIBLE_DEVICES", dev_width, "command");
+    for (const auto& w : all_workers) {
+        out += fmt::format("{:>9}  {:>10}  {:>5}  {:>10}  {:<{}}  {}\n", w.node_rank,
+                           config.virtual_local_rank ? fmt::format("{} (0)", w.local_rank)
+                                                     : std::to_string(w.local_rank),
+                           w.rank, w.world_size, w.sets_devices ? w.devices : "(unset)", dev_width,
+                           join(command, " "));
+    }
+    return out;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,463 @@
+// Turns how workers ended into the one summary a user reads when a job fails,
+// and reads the error files torch's @record leaves behind. Worker-provided
+// text (error files, stderr) is untrusted here: it may be malformed, huge or
+// full of terminal escapes, and none of that may crash ddprun or garble the
+// user's terminal.
+#include "ddprun/report.hpp"
+
+#include "ddprun/exit_codes.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <ctime>
+#include <iterator>
+#include <utility>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace ddprun {
+
+namespace {
+
+using nlohmann::json;
+
+// torch writes a message and a traceback, a few KiB; anything far bigger is
+// not an error file we should spend memory on.
+constexpr std::size_t k_max_error_file_bytes = 1024 * 1024;
+// torch's shape is three levels deep. The limit keeps a hostile file from
+// costing stack or time anywhere JSON is walked recursively.
+constexpr int k_max_json_depth = 64;
+// An error message is shown in a box: its first lines say what happened, the
+// traceback is in the stderr tail.
+constexpr std::size_t k_max_message_lines = 4;
+constexpr std::size_t k_max_message_bytes = 500;
+// A progress bar or a dumped tensor can make one stderr line megabytes long.
+constexpr std::size_t k_max_quoted_line_bytes = 500;
+constexpr std::size_t k_max_host_bytes = 100;
+constexpr std::size_t k_max_tail_lines = 50;
+// With thousands of ranks the box must stay readable; the root cause matters,
+// the long list of workers ddprun stopped much less.
+constexpr std::size_t k_max_other_failures = 32;
+constexpr std::size_t k_box_width = 72;
+constexpr std::size_t k_tab_width = 4;
+constexpr std::string_view k_truncated = " [...]";
+
+// Rejects nesting deeper than the limit before the parser sees the text.
+bool nesting_within_limit(std::string_view text) {
+    int depth = 0;
+    bool in_string = false;
+    bool escaped = false;
+    for (char c : text) {
+        if (in_string) {
+            if (escaped) {
+                escaped = false;
+            } else if (c == '\\') {
+                escaped = true;
+            } else if (c == '"') {
+                in_string = false;
+            }
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > k_max_json_depth) return false;
+        } else if (c == '}' || c == ']') {
+            --depth;
+        }
+    }
+    return true;
+}
+
+bool is_blank(std::string_view text) {
+    return text.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos;
+}
+
+std::string_view trim_right(std::string_view text) {
+    const auto end = text.find_last_not_of(" \t\r\n\f\v");
+    return end == std::string_view::npos ? std::string_view{} : text.substr(0, end + 1);
+}
+
+// Cuts at most `limit` bytes without splitting a UTF-8 sequence.
+std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
+    if (text.size() <= limit) return text;
+    std::size_t cut = limit;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    return text.substr(0, cut);
+}
+
+// The first non-blank lines of a message, capped, with the cut marked.
+std::string shorten_message(std::string_view raw) {
+    std::string out;
+    std::size_t lines = 0;
+    bool cut = false;
+    std::size_t pos = 0;
+    while (pos <= raw.size()) {
+        const std::size_t start = pos;
+        const std::size_t end = std::min(raw.find('\n', start), raw.size());
+        pos = end + 1;
+        const auto line = trim_right(raw.substr(start, end - start));
+        if (line.empty() && out.empty()) continue;  // leading blank lines
+        if (lines == k_max_message_lines) {
+            cut = !is_blank(raw.substr(start));
+            break;
+        }
+        if (!out.empty()) out += '\n';
+        out += line;
+        ++lines;
+    }
+    out.resize(trim_right(out).size());
+    if (out.size() > k_max_message_bytes) {
+        out.resize(trim_right(utf8_prefix(out, k_max_message_bytes)).size());
+        cut = true;
+    }
+    if (cut) out += k_truncated;
+    return out;
+}
+
+// The error is the last line of a Python traceback; used when a writer left
+// the message out but kept the traceback.
+std::string last_nonblank_line(std::string_view text) {
+    text = trim_right(text);
+    const auto start = text.rfind('\n');
+    return std::string(start == std::string_view::npos ? text : text.substr(start + 1));
+}
+
+// torch writes the timestamp as a string ("1700000000"); older writers used a
+// number. Anything else is dropped: the message is what matters.
+std::string timestamp_text(const json& object) {
+    if (!object.is_object()) return {};
+    const auto it = object.find("timestamp");
+    if (it == object.end()) return {};
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_number_integer() || it->is_number_unsigned()) return it->dump();
+    return {};
+}
+
+std::optional<ErrorFileInfo> parse_json(std::string_view text) {
+    if (text.size() > k_max_error_file_bytes || !nesting_within_limit(text)) return std::nullopt;
+    const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!doc.is_object()) return std::nullopt;
+    const auto message_it = doc.find("message");
+    if (message_it == doc.end()) return std::nullopt;
+
+    std::string message;
+    std::string timestamp;
+    if (message_it->is_string()) {
+        // {"message": "...", "timestamp": ...}: older torch and other writers.
+        message = message_it->get<std::string>();
+        timestamp = timestamp_text(doc);
+    } else if (message_it->is_object()) {
+        // {"message": {"message": "...", "extraInfo": {"py_callstack": ..., "timestamp": ...}}}
+        const json& inner = *message_it;
+        const auto extra_it = inner.find("extraInfo");
+        const json* extra = extra_it != inner.end() && extra_it->is_object() ? &*extra_it : nullptr;
+        const auto text_it = inner.find("message");
+        if (text_it != inner.end() && text_it->is_string()) {
+            message = text_it->get<std::string>();
+        } else if (extra != nullptr && extra->contains("py_callstack") &&
+                   (*extra)["py_callstack"].is_string()) {
+            message = last_nonblank_line((*extra)["py_callstack"].get_ref<const std::string&>());
+        }
+        timestamp = extra != nullptr ? timestamp_text(*extra) : timestamp_text(inner);
+    } else {
+        return std::nullopt;
+    }
+
+    message = shorten_message(message);
+    if (message.empty()) return std::nullopt;
+    return ErrorFileInfo{std::move(message), std::move(timestamp)};
+}
+
+// Length of the valid UTF-8 sequence at text[pos] and its code point; 0 when
+// the bytes there are not valid UTF-8 (overlong, surrogate, truncated, ...).
+std::size_t utf8_sequence(std::string_view text, std::size_t pos, char32_t& code_point) {
+    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[pos + i]); };
+    const unsigned char lead = byte(0);
+    std::size_t length = 0;
+    char32_t min = 0;
+    if (lead < 0x80) {
+        code_point = lead;
+        return 1;
+    }
+    if ((lead & 0xE0) == 0xC0) {
+        length = 2;
+        min = 0x80;
+        code_point = lead & 0x1Fu;
+    } else if ((lead & 0xF0) == 0xE0) {
+        length = 3;
+        min = 0x800;
+        code_point = lead & 0x0Fu;
+    } else if ((lead & 0xF8) == 0xF0) {
+        length = 4;
+        min = 0x10000;
+        code_point = lead & 0x07u;
+    } else {
+        return 0;
+    }
+    if (pos + length > text.size()) return 0;
+    for (std::size_t i = 1; i < length; ++i) {
+        if ((byte(i) & 0xC0) != 0x80) return 0;
+        code_point = (code_point << 6) | (byte(i) & 0x3Fu);
+    }
+    if (code_point < min || code_point > 0x10FFFF || (code_point >= 0xD800 && code_point <= 0xDFFF))
+        return 0;
+    return length;
+}
+
+// Worker text made safe for a terminal: control characters (C0, DEL, C1) and
+// invalid UTF-8 become '?', tabs become spaces, a carriage return keeps only
+// what a terminal would have shown last, and long lines are cut.
+std::string printable(std::string_view line, std::size_t max_bytes) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
+    if (const auto cr = line.rfind('\r'); cr != std::string_view::npos) line.remove_prefix(cr + 1);
+
+    std::string out;
+    std::size_t column = 0;
+    std::size_t pos = 0;
+    while (pos < line.size() && out.size() < max_bytes) {
+        char32_t code_point = 0;
+        const std::size_t length = utf8_sequence(line, pos, code_point);
+        if (code_point == U'\t' && length == 1) {
+            const std::size_t spaces = k_tab_width - column % k_tab_width;
+            out.append(spaces, ' ');
+            column += spaces;
+        } else if (length == 0 || code_point < 0x20 || (code_point >= 0x7F && code_point < 0xA0)) {
+            out += '?';
+            ++column;
+        } else {
+            out.append(line.substr(pos, length));
+            ++column;
+        }
+        pos += length == 0 ? 1 : length;
+    }
+    out.resize(trim_right(out).size());
+    if (pos < line.size()) out += k_truncated;
+    return out;
+}
+
+void append_line(std::string& out, std::string_view line) {
+    out += trim_right(line);
+    out += '\n';
+}
+
+// UTC, to the millisecond: nodes may sit in different time zones and
+// failures within one second still need ordering.
+std::string format_time(std::chrono::system_clock::time_point time) {
+    using namespace std::chrono;
+    const auto seconds = floor<std::chrono::seconds>(time);
+    const auto millis = duration_cast<milliseconds>(time - seconds).count();
+    const std::time_t as_time_t = system_clock::to_time_t(seconds);
+    std::tm tm{};
+    if (gmtime_r(&as_time_t, &tm) == nullptr) return "?";
+    return fmt::format("{:%Y-%m-%d %H:%M:%S}.{:03} UTC", tm, millis);
+}
+
+bool has_time(const WorkerOutcome& outcome) {
+    return outcome.time != std::chrono::system_clock::time_point{};
+}
+
+std::string describe_worker(const WorkerOutcome& outcome) {
+    std::string out = fmt::format("rank {} (local_rank {}, node {}", outcome.rank,
+                                  outcome.local_rank, outcome.node_rank);
+    if (!outcome.host.empty())
+        out += fmt::format(", host {}", printable(outcome.host, k_max_host_bytes));
+    if (outcome.pid != 0) out += fmt::format(", pid {}", outcome.pid);
+    out += ')';
+    return out;
+}
+
+std::string describe_end(const WorkerOutcome& outcome) {
+    return outcome.signal != 0 ? signal_name(outcome.signal)
+                               : fmt::format("exit code {}", outcome.exit_code);
+}
+
+void append_root_cause(std::string& out, const WorkerOutcome& root) {
+    constexpr std::string_view indent = "             ";  // lines up with the labels' values
+    if (root.stopped_by_ddprun) {
+        // Every failure was ddprun's doing (e.g. it was interrupted): say so
+        // rather than blame a worker.
+        append_line(out,
+                    fmt::format("first failure: {}, stopped by ddprun", describe_worker(root)));
+    } else {
+        append_line(out, fmt::format("root cause: {}", describe_worker(root)));
+    }
+    if (root.signal != 0) {
+        append_line(out, fmt::format("  signal:    {} (exit code {})", signal_name(root.signal),
+                                     exit_code_of(root)));
+    } else {
+        append_line(out, fmt::format("  exit code: {}", root.exit_code));
+    }
+    if (has_time(root)) append_line(out, fmt::format("  time:      {}", format_time(root.time)));
+    if (!is_blank(root.error_message)) {
+        std::string_view label = "  error:     ";
+        std::string_view rest = trim_right(root.error_message);
+        for (std::size_t lines = 0; !rest.empty() && lines < k_max_message_lines; ++lines) {
+            const auto end = std::min(rest.find('\n'), rest.size());
+            append_line(out, fmt::format("{}{}", label,
+                                         printable(rest.substr(0, end), k_max_message_bytes)));
+            rest = end < rest.size() ? rest.substr(end + 1) : std::string_view{};
+            label = indent;
+        }
+        if (!is_blank(rest)) append_line(out, fmt::format("{}{}", indent, k_truncated.substr(1)));
+    }
+    if (!root.stderr_tail.empty()) {
+        const std::size_t shown = std::min(root.stderr_tail.size(), k_max_tail_lines);
+        append_line(out, shown == 1 ? std::string("  last line of stderr:")
+                                    : fmt::format("  last {} lines of stderr:", shown));
+        for (auto it = root.stderr_tail.end() - static_cast<std::ptrdiff_t>(shown);
+             it != root.stderr_tail.end(); ++it) {
+            append_line(out, fmt::format("    | {}", printable(*it, k_max_quoted_line_bytes)));
+        }
+    }
+}
+
+void append_other_failures(std::string& out, const std::vector<WorkerOutcome>& outcomes,
+                           std::size_t root) {
+    std::vector<const WorkerOutcome*> others;
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+        if (i != root && outcomes[i].failed()) others.push_back(&outcomes[i]);
+    }
+    if (others.empty()) return;
+    // Failures of their own first, in the order they happened; then the
+    // workers ddprun stopped, by rank.
+    std::ranges::stable_sort(others, [](const WorkerOutcome* a, const WorkerOutcome* b) {
+        if (a->stopped_by_ddprun != b->stopped_by_ddprun) return !a->stopped_by_ddprun;
+        if (!a->stopped_by_ddprun && a->time != b->time) return a->time < b->time;
+        return a->rank < b->rank;
+    });
+
+    append_line(out, std::string(k_box_width, '-'));
+    append_line(out, fmt::format("other failures ({}):", others.size()));
+    const std::size_t shown = std::min(others.size(), k_max_other_failures);
+    for (std::size_t i = 0; i < shown; ++i) {
+        const WorkerOutcome& other = *others[i];
+        std::string line = fmt::format("  {}: {}", describe_worker(other), describe_end(other));
+        if (other.stopped_by_ddprun) {
+            line += " (stopped by ddprun)";
+        } else if (has_time(other)) {
+            line += fmt::format(" at {}", format_time(other.time));
+        }
+        append_line(out, line);
+    }
+    if (shown < others.size()) {
+        const auto stopped = std::ranges::count_if(
+            others.begin() + static_cast<std::ptrdiff_t>(shown), others.end(),
+            [](const WorkerOutcome* other) { return other->stopped_by_ddprun; });
+        append_line(out, fmt::format("  ... and {} more ({} stopped by ddprun)",
+                                     others.size() - shown, stopped));
+    }
+}
+
+}  // namespace
+
+std::optional<ErrorFileInfo> parse_error_file(std::string_view json_text) {
+    try {
+        return parse_json(json_text);
+    } catch (...) {
+        // Only allocation can throw here; an unreadable error file must never
+        // take the launcher down with it.
+        return std::nullopt;
+    }
+}
+
+std::optional<ErrorFileInfo> read_error_file(const std::string& path) {
+    // O_NONBLOCK: a FIFO planted at the path must not hang the agent.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return std::nullopt;
+    struct FdCloser {
+        int m_fd;
+        ~FdCloser() { ::close(m_fd); }
+    } closer{fd};
+
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) return std::nullopt;
+    if (static_cast<std::size_t>(info.st_size) > k_max_error_file_bytes) return std::nullopt;
+
+    // Sized for the file as it is now, plus a byte to notice that it grew
+    // (a worker may still be writing); growing past the limit is refused.
+    std::string text(static_cast<std::size_t>(info.st_size) + 1, '\0');
+    std::size_t size = 0;
+    while (true) {
+        if (size == text.size()) {
+            if (size > k_max_error_file_bytes) return std::nullopt;
+            text.resize(k_max_error_file_bytes + 1);
+        }
+        const ssize_t got = ::read(fd, text.data() + size, text.size() - size);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return std::nullopt;
+        if (got == 0) break;
+        size += static_cast<std::size_t>(got);
+    }
+    text.resize(size);
+    return parse_error_file(text);
+}
+
+int exit_code_of(const WorkerOutcome& outcome) {
+    return outcome.signal != 0 ? exit_code::kSignalBase + outcome.signal : outcome.exit_code;
+}
+
+std::string signal_name(int signal) {
+    // A table rather than strsignal(), which gives prose ("Segmentation
+    // fault"); the macros keep the numbers right on every architecture.
+    static constexpr std::pair<int, std::string_view> k_names[] = {
+        {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"},
+        {SIGILL, "SIGILL"},       {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"},
+        {SIGBUS, "SIGBUS"},       {SIGFPE, "SIGFPE"},       {SIGKILL, "SIGKILL"},
+        {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"},     {SIGUSR2, "SIGUSR2"},
+        {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"},
+        {SIGSTKFLT, "SIGSTKFLT"}, {SIGCHLD, "SIGCHLD"},     {SIGCONT, "SIGCONT"},
+        {SIGSTOP, "SIGSTOP"},     {SIGTSTP, "SIGTSTP"},     {SIGTTIN, "SIGTTIN"},
+        {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},       {SIGXCPU, "SIGXCPU"},
+        {SIGXFSZ, "SIGXFSZ"},     {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"},
+        {SIGWINCH, "SIGWINCH"},   {SIGIO, "SIGIO"},         {SIGPWR, "SIGPWR"},
+        {SIGSYS, "SIGSYS"},
+    };
+    for (const auto& [number, name] : k_names) {
+        if (number == signal) return std::string(name);
+    }
+    return fmt::format("signal {}", signal);
+}
+
+std::optional<std::size_t> root_cause(const std::vector<WorkerOutcome>& outcomes) {
+    // Ties in time go to the lower rank, so every node names the same worker.
+    const auto earlier = [&](std::size_t a, std::size_t b) {
+        if (outcomes[a].time != outcomes[b].time) return outcomes[a].time < outcomes[b].time;
+        return outcomes[a].rank < outcomes[b].rank;
+    };
+    std::optional<std::size_t> own_failure;
+    std::optional<std::size_t> any_failure;
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+        if (!outcomes[i].failed()) continue;
+        if (!any_failure || earlier(i, *any_failure)) any_failure = i;
+        if (!outcomes[i].stopped_by_ddprun && (!own_failure || earlier(i, *own_failure)))
+            own_failure = i;
+    }
+    return own_failure ? own_failure : any_failure;
+}
+
+std::string format_summary(const std::string& title, const std::vector<WorkerOutcome>& outcomes,
+                           std::size_t root) {
+    const std::string rule(k_box_width, '=');
+    std::string out;
+    append_line(out, rule);
+    if (root >= outcomes.size()) {
+        // A caller bug, but the user still deserves a box rather than a crash.
+        append_line(out, title);
+        append_line(out, rule);
+        return out;
+    }
+    append_line(out, fmt::format("{} (exit code {})", title, exit_code_of(outcomes[root])));
+    append_line(out, std::string(k_box_width, '-'));
+    append_root_cause(out, outcomes[root]);
+    append_other_failures(out, outcomes, root);
+    append_line(out, rule);
+    return out;
+}
+
+}  // namespace ddprun

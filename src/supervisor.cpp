@@ -1,0 +1,96 @@
+// ddprun's top process (see supervisor.hpp). Like tini: block signals, wait
+// for them synchronously, forward, reap, exit with the child's code.
+#include "ddprun/supervisor.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "ddprun/agent.hpp"
+#include "ddprun/exit_codes.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/process_tree.hpp"
+
+namespace ddprun {
+namespace {
+
+// After the agent is gone, leftovers (reparented to us) get this long to die.
+constexpr std::chrono::milliseconds k_sweep_bound{5000};
+
+int exit_code_from_status(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return exit_code::kSignalBase + WTERMSIG(status);
+    return exit_code::kInternal;
+}
+
+}  // namespace
+
+int supervise(const std::function<int()>& agent_main, const std::vector<int>& forwarded,
+              const std::function<void()>& cleanup) {
+    if (auto err = become_subreaper(); !err.empty()) spdlog::warn("{}", err);
+
+    std::vector<int> waited = forwarded;
+    waited.push_back(SIGCHLD);
+    waited.push_back(parent_death_signal());
+    // Blocked before fork, so the agent starts with them blocked too and loses none.
+    block_signals(waited);
+    std::fflush(nullptr);
+
+    const pid_t supervisor = ::getpid();
+    const pid_t agent = ::fork();
+    if (agent < 0) {
+        spdlog::error("fork: {}", std::strerror(errno));
+        return exit_code::kInternal;
+    }
+    if (agent == 0) {
+        ::prctl(PR_SET_PDEATHSIG, parent_death_signal());
+        if (::getppid() != supervisor) ::_exit(exit_code::kSignalBase + SIGKILL);
+        // Its own process group: a terminal's Ctrl-C reaches the supervisor only, which
+        // forwards it once (the agent must count a second Ctrl-C, not a duplicate).
+        ::setpgid(0, 0);
+        // The subreaper flag is not inherited across fork: the agent needs its own, so that
+        // orphans of its workers come to it while it lives.
+        if (auto err = become_subreaper(); !err.empty()) spdlog::warn("{}", err);
+        int code = agent_main();
+        std::fflush(nullptr);
+        ::_exit(code);
+    }
+
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : waited) sigaddset(&set, sig);
+    int code = exit_code::kInternal;
+    for (bool agent_running = true; agent_running;) {
+        siginfo_t info{};
+        int sig = ::sigwaitinfo(&set, &info);
+        if (sig < 0) continue;  // EINTR
+        if (sig == SIGCHLD) {
+            reap_exited([&](pid_t pid, int status) {
+                if (pid != agent) return;  // an orphan of the job; swept below
+                code = exit_code_from_status(status);
+                agent_running = false;
+                // The agent always exits by itself; a signal here means it was killed (SIGKILL,
+                // the OOM killer) or crashed, and its workers are dying of PR_SET_PDEATHSIG.
+                if (WIFSIGNALED(status))
+                    spdlog::error(
+                        "the ddprun agent died of signal {}; stopping every process of "
+                        "the job",
+                        WTERMSIG(status));
+            });
+        } else if (sig != parent_death_signal()) {
+            ::kill(agent, sig);
+        }
+    }
+    int left = sweep_children(k_sweep_bound);
+    if (left > 0) spdlog::error("{} process(es) of the job did not die after SIGKILL", left);
+    if (cleanup) cleanup();
+    return code;
+}
+
+}  // namespace ddprun

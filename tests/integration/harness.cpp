@@ -1,0 +1,601 @@
+// The integration harness: spawning ddprun, draining its output, bounded
+// waits, and the leftover-process check (see harness.hpp for why).
+
+#include "harness.hpp"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+extern char** environ;
+
+namespace ddprun_it {
+
+namespace {
+
+[[noreturn]] void fail_syscall(const char* call) {
+    throw std::runtime_error(fmt::format("{} failed: {}", call, std::strerror(errno)));
+}
+
+int decode_status(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+// Variables that would change what ddprun or a worker does if the developer's
+// shell happened to set them.
+bool is_hermetic_blocked(std::string_view name) {
+    static const std::set<std::string, std::less<>> k_exact = {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "NODE_RANK",
+        "GROUP_WORLD_SIZE",
+        "NNODES",
+        "ROLE_NAME",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS",
+        "PYTHONUNBUFFERED",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "LOGLEVEL",
+        "PYTHON_EXEC",
+        "PYTHONPATH",
+        "FAKE_WORKER_PIDFILE",
+    };
+    return k_exact.contains(name) || name.starts_with("DDPRUN_") || name.starts_with("PET_") ||
+           name.starts_with("TORCHELASTIC_");
+}
+
+// /proc files of a process that may vanish while being read: plain read(2),
+// where an ifstream would throw on ESRCH.
+std::optional<std::string> read_proc_file(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    std::string text;
+    char buffer[4096];
+    for (;;) {
+        ssize_t n = ::read(fd, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        text.append(buffer, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return text;
+}
+
+std::optional<ProcessInfo> process_info(pid_t pid) {
+    auto stat = read_proc_file(fmt::format("/proc/{}/stat", pid));
+    if (!stat) return std::nullopt;
+    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+    auto close = stat->rfind(')');
+    if (close == std::string::npos || close + 4 > stat->size()) return std::nullopt;
+    ProcessInfo info;
+    info.pid = pid;
+    info.state = (*stat)[close + 2];
+    info.ppid = static_cast<pid_t>(std::strtol(stat->c_str() + close + 4, nullptr, 10));
+    info.cmdline = read_proc_file(fmt::format("/proc/{}/cmdline", pid)).value_or("");
+    std::replace(info.cmdline.begin(), info.cmdline.end(), '\0', ' ');
+    return info;
+}
+
+// The pid still names a fake_worker (pids are reused quickly with a small pid_max).
+bool is_fake_worker(pid_t pid) {
+    char target[4096];
+    ssize_t n = ::readlink(fmt::format("/proc/{}/exe", pid).c_str(), target, sizeof target - 1);
+    if (n < 0) {
+        // A zombie has no exe link; its cmdline is empty too. Count it: it is ours to reap.
+        auto info = process_info(pid);
+        return info && info->state == 'Z';
+    }
+    std::string_view exe(target, static_cast<std::size_t>(n));
+    return exe.find("fake_worker") != std::string_view::npos;
+}
+
+std::vector<pid_t> children_of_self() {
+    std::vector<pid_t> children;
+    pid_t self = ::getpid();
+    DIR* proc = ::opendir("/proc");
+    if (!proc) return children;
+    while (dirent* entry = ::readdir(proc)) {
+        char* end = nullptr;
+        long pid = std::strtol(entry->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0) continue;
+        auto info = process_info(static_cast<pid_t>(pid));
+        if (info && info->ppid == self) children.push_back(info->pid);
+    }
+    ::closedir(proc);
+    return children;
+}
+
+// Reaps zombie children among `pids` without touching any other child.
+void reap_zombies(const std::vector<pid_t>& pids) {
+    for (pid_t pid : pids) {
+        int status = 0;
+        ::waitpid(pid, &status, WNOHANG);
+    }
+}
+
+}  // namespace
+
+std::string RunResult::describe() const {
+    return fmt::format(
+        "exit code {}{}{}, {} ms\n--- stdout ({} bytes) ---\n{}\n--- stderr ({} bytes) "
+        "---\n{}\n---",
+        exit_code, timed_out ? " (HANG: killed by the test's hang guard)" : "",
+        pipes_left_open ? " (stdout/stderr still held open by a leftover process)" : "",
+        elapsed.count(), out.size(), out.size() > 4000 ? out.substr(0, 4000) + "\n[...]" : out,
+        err.size(), err.size() > 8000 ? err.substr(0, 8000) + "\n[...]" : err);
+}
+
+std::vector<std::string> ddprun_environment(const RunOptions& options) {
+    std::map<std::string, std::string> env;
+    for (char** entry = environ; *entry; ++entry) {
+        std::string_view text(*entry);
+        auto eq = text.find('=');
+        if (eq == std::string_view::npos) continue;
+        std::string name(text.substr(0, eq));
+        if (is_hermetic_blocked(name)) continue;
+        env[name] = std::string(text.substr(eq + 1));
+    }
+    if (options.hide_machine_gpus && machine_gpu_count() > 0) env["CUDA_VISIBLE_DEVICES"] = "";
+    for (const auto& name : options.unset_env) env.erase(name);
+    for (const auto& [name, value] : options.env) env[name] = value;
+    std::vector<std::string> out;
+    for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+    return out;
+}
+
+DdprunProcess::DdprunProcess(const std::vector<std::string>& args, const RunOptions& options,
+                             OnExit on_exit)
+    : m_started(Clock::now()), m_timeout(options.timeout), m_on_exit(std::move(on_exit)) {
+    // Everything the child needs is built before fork(): no allocation after it.
+    std::vector<std::string> argv_storage{k_ddprun};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& arg : argv_storage) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_storage = ddprun_environment(options);
+    std::vector<char*> envp;
+    for (auto& entry : env_storage) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+
+    int out_pipe[2];
+    int err_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) fail_syscall("pipe2");
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) fail_syscall("pipe2");
+    int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (dev_null < 0) fail_syscall("open /dev/null");
+
+    pid_t pid = ::fork();
+    if (pid < 0) fail_syscall("fork");
+    if (pid == 0) {
+        ::setpgid(0, 0);
+        sigset_t none;
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+        ::dup2(dev_null, 0);
+        ::dup2(out_pipe[1], 1);
+        ::dup2(err_pipe[1], 2);
+        if (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0) ::_exit(125);
+        ::execve(argv[0], argv.data(), envp.data());
+        static constexpr char k_message[] = "harness: cannot execute ddprun\n";
+        ssize_t ignored = ::write(2, k_message, sizeof k_message - 1);
+        (void)ignored;
+        ::_exit(125);
+    }
+    // Both sides call setpgid so signalling the group cannot race the exec.
+    ::setpgid(pid, pid);
+    m_pid = pid;
+    ::close(dev_null);
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    m_out_fd = out_pipe[0];
+    m_err_fd = err_pipe[0];
+    m_reader = std::thread([this] { read_pipes(); });
+}
+
+DdprunProcess::~DdprunProcess() {
+    if (!m_reaped) {
+        ::kill(-m_pid, SIGKILL);
+        ::kill(m_pid, SIGKILL);
+        int status = 0;
+        while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        m_reaped = true;
+        if (m_on_exit) m_on_exit(true);
+    }
+    {
+        std::lock_guard lock(m_mutex);
+        m_stop_reading = true;
+    }
+    if (m_reader.joinable()) m_reader.join();
+}
+
+void DdprunProcess::send_signal(int signal) const {
+    if (!m_reaped) ::kill(m_pid, signal);
+}
+
+void DdprunProcess::read_pipes() {
+    char buffer[65536];
+    for (;;) {
+        pollfd fds[2] = {{m_out_fd, POLLIN, 0}, {m_err_fd, POLLIN, 0}};
+        {
+            std::lock_guard lock(m_mutex);
+            if (m_stop_reading) break;
+            if (!m_out_open) fds[0].fd = -1;
+            if (!m_err_open) fds[1].fd = -1;
+            if (!m_out_open && !m_err_open) break;
+        }
+        // A short poll timeout only so that m_stop_reading is noticed.
+        int ready = ::poll(fds, 2, 50);
+        if (ready < 0 && errno != EINTR) break;
+        for (int i = 0; i < 2; ++i) {
+            if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+            ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+            if (n < 0 && errno == EINTR) continue;
+            std::lock_guard lock(m_mutex);
+            if (n <= 0) {
+                (i == 0 ? m_out_open : m_err_open) = false;
+            } else {
+                (i == 0 ? m_out : m_err).append(buffer, static_cast<std::size_t>(n));
+            }
+            m_changed.notify_all();
+        }
+    }
+    std::lock_guard lock(m_mutex);
+    ::close(m_out_fd);
+    ::close(m_err_fd);
+    m_out_open = m_err_open = false;
+    m_changed.notify_all();
+}
+
+RunResult DdprunProcess::wait() {
+    RunResult result;
+    if (!m_reaped) {
+        auto deadline = m_started + m_timeout;
+        int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, m_pid, 0));
+        for (;;) {
+            int status = 0;
+            pid_t done = ::waitpid(m_pid, &status, WNOHANG);
+            if (done == m_pid) {
+                m_status = status;
+                break;
+            }
+            auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
+            if (left <= 0ms) {
+                result.timed_out = true;
+                ::kill(-m_pid, SIGKILL);
+                ::kill(m_pid, SIGKILL);
+                while (::waitpid(m_pid, &m_status, 0) < 0 && errno == EINTR) {
+                }
+                break;
+            }
+            if (pidfd >= 0) {
+                pollfd fd{pidfd, POLLIN, 0};
+                ::poll(&fd, 1, static_cast<int>(std::min<long>(left.count(), 1000)));
+            } else {
+                std::this_thread::sleep_for(std::min<Milliseconds>(left, 5ms));
+            }
+        }
+        if (pidfd >= 0) ::close(pidfd);
+        m_reaped = true;
+        result.elapsed = std::chrono::duration_cast<Milliseconds>(Clock::now() - m_started);
+        if (m_on_exit) m_on_exit(result.timed_out);
+    }
+    result.exit_code = decode_status(m_status);
+
+    // Output written just before the exit is still in the pipes: drain it, but
+    // do not wait forever on a leftover process that holds them open.
+    {
+        std::unique_lock lock(m_mutex);
+        bool closed = m_changed.wait_for(lock, 5s, [this] { return !m_out_open && !m_err_open; });
+        if (!closed) {
+            result.pipes_left_open = true;
+            m_stop_reading = true;
+        }
+    }
+    if (m_reader.joinable()) m_reader.join();
+    std::lock_guard lock(m_mutex);
+    result.out = m_out;
+    result.err = m_err;
+    return result;
+}
+
+std::string DdprunProcess::out_so_far() const {
+    std::lock_guard lock(m_mutex);
+    return m_out;
+}
+
+std::string DdprunProcess::err_so_far() const {
+    std::lock_guard lock(m_mutex);
+    return m_err;
+}
+
+bool DdprunProcess::wait_for_output(std::string_view needle, Milliseconds timeout, bool in_stderr) {
+    std::unique_lock lock(m_mutex);
+    return m_changed.wait_for(lock, timeout, [&] {
+        const std::string& text = in_stderr ? m_err : m_out;
+        return text.find(needle) != std::string::npos;
+    });
+}
+
+RunResult run_ddprun(const std::vector<std::string>& args, const RunOptions& options,
+                     OnExit on_exit) {
+    DdprunProcess process(args, options, std::move(on_exit));
+    return process.wait();
+}
+
+bool wait_until(const std::function<bool()>& condition, Milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    for (;;) {
+        if (condition()) return true;
+        if (Clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(10ms);
+    }
+}
+
+bool wait_for_file(const std::string& path, Milliseconds timeout) {
+    return wait_until([&] { return std::filesystem::exists(path); }, timeout);
+}
+
+std::vector<std::string> split_lines(std::string_view text) {
+    std::vector<std::string> lines;
+    while (!text.empty()) {
+        auto end = text.find('\n');
+        if (end == std::string_view::npos) {
+            lines.emplace_back(text);
+            break;
+        }
+        lines.emplace_back(text.substr(0, end));
+        text.remove_prefix(end + 1);
+    }
+    return lines;
+}
+
+std::optional<std::pair<int, std::string_view>> split_prefix(std::string_view line) {
+    // Hand-written rather than std::regex: the flood test parses 160000 lines.
+    if (line.size() < 4 || line[0] != '[') return std::nullopt;
+    std::size_t end = 1;
+    int rank = 0;
+    while (end < line.size() && end < 8 && std::isdigit(static_cast<unsigned char>(line[end]))) {
+        rank = rank * 10 + (line[end] - '0');
+        ++end;
+    }
+    if (end == 1 || line.substr(end, 3) != "]: ") return std::nullopt;
+    return std::pair{rank, line.substr(end + 3)};
+}
+
+std::map<int, std::vector<std::string>> lines_by_rank(std::string_view text) {
+    std::map<int, std::vector<std::string>> out;
+    for (const auto& line : split_lines(text)) {
+        if (auto prefixed = split_prefix(line)) {
+            out[prefixed->first].emplace_back(prefixed->second);
+        }
+    }
+    return out;
+}
+
+std::map<int, std::map<std::string, std::string>> env_by_rank(std::string_view text) {
+    std::map<int, std::map<std::string, std::string>> out;
+    for (const auto& [rank, lines] : lines_by_rank(text)) {
+        for (const auto& line : lines) {
+            auto eq = line.find('=');
+            if (eq != std::string::npos) out[rank][line.substr(0, eq)] = line.substr(eq + 1);
+        }
+    }
+    return out;
+}
+
+std::size_t count_occurrences(std::string_view text, std::string_view needle) {
+    std::size_t count = 0;
+    for (auto at = text.find(needle); at != std::string_view::npos;
+         at = text.find(needle, at + needle.size())) {
+        ++count;
+    }
+    return count;
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+void write_text_file(const std::string& path, const std::string& content, unsigned mode) {
+    {
+        std::ofstream file(path, std::ios::binary | std::ios::trunc);
+        file << content;
+    }
+    ::chmod(path.c_str(), static_cast<mode_t>(mode));
+}
+
+int machine_gpu_count() {
+    std::error_code error;
+    int count = 0;
+    for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", error), end;
+         !error && it != end; it.increment(error)) {
+        ++count;
+    }
+    return count;
+}
+
+int free_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) fail_syscall("socket");
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        ::close(fd);
+        fail_syscall("bind");
+    }
+    socklen_t length = sizeof address;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    ::close(fd);
+    return ntohs(address.sin_port);
+}
+
+std::string describe(const std::vector<ProcessInfo>& processes) {
+    std::string out;
+    for (const auto& info : processes) {
+        out += fmt::format("  pid {} ppid {} state {}: {}\n", info.pid, info.ppid, info.state,
+                           info.cmdline);
+    }
+    return out;
+}
+
+void IntegrationTest::SetUp() {
+    // Orphans of the job are reparented to the test, so none can hide from the check.
+    if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) fail_syscall("prctl(PR_SET_CHILD_SUBREAPER)");
+    std::string pattern = (std::filesystem::temp_directory_path() / "ddprun-it-XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) fail_syscall("mkdtemp");
+    m_dir = pattern;
+    m_pidfile = path("pids");
+}
+
+void IntegrationTest::TearDown() {
+    assert_no_leftovers();
+    if (HasFailure()) {
+        std::fprintf(stderr, "test files kept in %s\n", m_dir.c_str());
+    } else {
+        std::error_code ignored;
+        std::filesystem::remove_all(m_dir, ignored);
+    }
+}
+
+std::string IntegrationTest::path(const std::string& name) const {
+    return m_dir + "/" + name;
+}
+
+RunResult IntegrationTest::run(const std::vector<std::string>& args, RunOptions options) {
+    options.env.emplace_back("FAKE_WORKER_PIDFILE", m_pidfile);
+    return run_ddprun(args, options, [this](bool killed) { on_ddprun_exit(killed); });
+}
+
+std::unique_ptr<DdprunProcess> IntegrationTest::start(const std::vector<std::string>& args,
+                                                      RunOptions options) {
+    options.env.emplace_back("FAKE_WORKER_PIDFILE", m_pidfile);
+    return std::make_unique<DdprunProcess>(args, options,
+                                           [this](bool killed) { on_ddprun_exit(killed); });
+}
+
+std::vector<pid_t> IntegrationTest::recorded_pids() const {
+    std::vector<pid_t> pids;
+    std::istringstream text(read_text_file(m_pidfile));
+    std::string line;
+    while (std::getline(text, line)) {
+        long pid = std::strtol(line.c_str(), nullptr, 10);
+        if (pid > 0) pids.push_back(static_cast<pid_t>(pid));
+    }
+    return pids;
+}
+
+std::vector<ProcessInfo> IntegrationTest::live_job_processes() const {
+    std::set<pid_t> candidates;
+    for (pid_t pid : recorded_pids()) {
+        if (is_fake_worker(pid)) candidates.insert(pid);
+    }
+    for (pid_t pid : children_of_self()) candidates.insert(pid);
+    std::vector<ProcessInfo> live;
+    for (pid_t pid : candidates) {
+        auto info = process_info(pid);
+        if (info && info->state != 'Z' && info->state != 'X') live.push_back(*info);
+    }
+    return live;
+}
+
+void IntegrationTest::on_ddprun_exit(bool killed_by_harness) {
+    // A ddprun the harness SIGKILLed could not clean up synchronously; the
+    // test has failed already and its orphans only get the bounded grace.
+    if (killed_by_harness) {
+        m_orphans_allowed_grace = true;
+    } else {
+        record_survivors();
+    }
+}
+
+void IntegrationTest::record_survivors() {
+    // Taken the moment ddprun is reaped: a job process alive now outlived it.
+    // A zombie here died no later than ddprun did and is merely unreaped.
+    // Skipped while another ddprun of this test still runs (its workers are
+    // legitimately alive).
+    for (pid_t child : children_of_self()) {
+        auto info = process_info(child);
+        if (info && info->cmdline.starts_with(k_ddprun) && info->state != 'Z') return;
+    }
+    for (const auto& info : live_job_processes()) {
+        bool known = std::any_of(m_survivors.begin(), m_survivors.end(),
+                                 [&](const ProcessInfo& seen) { return seen.pid == info.pid; });
+        if (!known) m_survivors.push_back(info);
+    }
+}
+
+std::vector<ProcessInfo> IntegrationTest::wait_job_gone(Milliseconds timeout) {
+    std::vector<ProcessInfo> live;
+    wait_until(
+        [&] {
+            reap_zombies(children_of_self());
+            live = live_job_processes();
+            return live.empty();
+        },
+        timeout);
+    return live;
+}
+
+void IntegrationTest::assert_no_leftovers() {
+    if (m_orphans_allowed_grace) {
+        auto live = wait_job_gone(k_orphan_grace);
+        EXPECT_TRUE(live.empty()) << "processes of the job still alive " << k_orphan_grace.count()
+                                  << " ms after ddprun was killed:\n"
+                                  << describe(live);
+    } else {
+        EXPECT_TRUE(m_survivors.empty())
+            << "processes of the job were still alive after ddprun exited:\n"
+            << describe(m_survivors);
+        auto live = live_job_processes();
+        EXPECT_TRUE(live.empty()) << "processes of the job alive at the end of the test:\n"
+                                  << describe(live);
+    }
+
+    // Clean up whatever is left so one failing test does not leak into the next.
+    for (const auto& info : live_job_processes()) ::kill(info.pid, SIGKILL);
+    wait_until(
+        [] {
+            int status = 0;
+            pid_t pid = ::waitpid(-1, &status, WNOHANG);
+            return pid < 0 && errno == ECHILD;
+        },
+        5s);
+}
+
+}  // namespace ddprun_it

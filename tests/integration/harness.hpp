@@ -1,0 +1,198 @@
+// Harness for the integration tests: runs the real ddprun binary the way a
+// user does (own process group, captured stdout/stderr, signals from outside)
+// and checks afterwards that no process of the job survived it. Every wait is
+// bounded, so a hanging ddprun fails a test instead of stalling the suite.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace ddprun_it {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using Milliseconds = std::chrono::milliseconds;
+
+// How long one ddprun run may take before the test calls it a hang.
+constexpr Milliseconds k_hang_guard = 60s;
+// How long processes left behind by a SIGKILLed ddprun may take to go away.
+constexpr Milliseconds k_orphan_grace = 10s;
+
+inline const std::string k_ddprun = DDPRUN_BINARY;
+inline const std::string k_fake_worker = FAKE_WORKER;
+inline const std::string k_examples_dir = EXAMPLES_DIR;
+inline const std::string k_python = "/usr/bin/python3";
+
+struct RunOptions {
+    std::vector<std::pair<std::string, std::string>> env;  // set or override
+    std::vector<std::string> unset_env;                    // remove from the inherited env
+    Milliseconds timeout = k_hang_guard;
+    std::string cwd;  // empty: the test's cwd
+    // On a machine with NVIDIA GPUs, CUDA_VISIBLE_DEVICES="" (no device) unless
+    // the test sets it, so the job's shape does not depend on the machine.
+    bool hide_machine_gpus = true;
+};
+
+struct RunResult {
+    int exit_code = -1;  // the exit status, or 128+N when ddprun died of signal N
+    std::string out;
+    std::string err;
+    bool timed_out = false;        // the hang guard fired and the group was SIGKILLed
+    bool pipes_left_open = false;  // someone still held ddprun's stdout/stderr after it exited
+    Milliseconds elapsed{0};
+
+    // Everything a failure message needs.
+    std::string describe() const;
+};
+
+// ddprun's environment: the test's own, minus everything that would change what
+// ddprun or a worker does (DDPRUN_*, PET_*, torch variables, CUDA_VISIBLE_DEVICES,
+// PYTHONUNBUFFERED, ...), plus `options.env`.
+std::vector<std::string> ddprun_environment(const RunOptions& options);
+
+using OnExit = std::function<void(bool killed_by_harness)>;
+
+// A running ddprun. The destructor SIGKILLs its process group if it still runs.
+class DdprunProcess {
+  public:
+    // on_exit runs right after ddprun is reaped, before its output is drained
+    // (the fixture takes its snapshot of surviving processes there). Its
+    // argument is true when the harness itself SIGKILLed ddprun (hang guard,
+    // or a test that ended early).
+    DdprunProcess(const std::vector<std::string>& args, const RunOptions& options,
+                  OnExit on_exit = {});
+    ~DdprunProcess();
+    DdprunProcess(const DdprunProcess&) = delete;
+    DdprunProcess& operator=(const DdprunProcess&) = delete;
+
+    pid_t pid() const { return m_pid; }
+    bool running() const { return !m_reaped; }
+    void send_signal(int signal) const;
+
+    // Waits for ddprun to exit, bounded by the run's timeout (counted from the
+    // start); on timeout the process group is SIGKILLed and timed_out is set.
+    RunResult wait();
+
+    std::string out_so_far() const;
+    std::string err_so_far() const;
+    // True once `needle` appeared in the stdout (or stderr) seen so far.
+    bool wait_for_output(std::string_view needle, Milliseconds timeout, bool in_stderr = false);
+
+  private:
+    void read_pipes();
+
+    pid_t m_pid = -1;
+    bool m_reaped = false;
+    int m_status = 0;
+    Clock::time_point m_started;
+    Milliseconds m_timeout;
+    OnExit m_on_exit;
+
+    int m_out_fd = -1;
+    int m_err_fd = -1;
+    mutable std::mutex m_mutex;
+    std::condition_variable m_changed;
+    std::string m_out;
+    std::string m_err;
+    bool m_out_open = true;
+    bool m_err_open = true;
+    bool m_stop_reading = false;
+    std::thread m_reader;
+};
+
+// Runs ddprun to completion.
+RunResult run_ddprun(const std::vector<std::string>& args, const RunOptions& options = {},
+                     OnExit on_exit = {});
+
+// Bounded polls; true when the condition held before the timeout.
+bool wait_until(const std::function<bool()>& condition, Milliseconds timeout);
+bool wait_for_file(const std::string& path, Milliseconds timeout);
+
+// Output helpers.
+std::vector<std::string> split_lines(std::string_view text);
+// "[<rank>]: <text>" -> {rank, text}; nullopt for a line without that prefix.
+std::optional<std::pair<int, std::string_view>> split_prefix(std::string_view line);
+// Lines of the form "[<rank>]: <text>", by rank, in order; other lines are ignored.
+std::map<int, std::vector<std::string>> lines_by_rank(std::string_view text);
+// "KEY=VALUE" lines of each rank's output (fake_worker's `env`).
+std::map<int, std::map<std::string, std::string>> env_by_rank(std::string_view text);
+std::size_t count_occurrences(std::string_view text, std::string_view needle);
+
+std::string read_text_file(const std::string& path);
+void write_text_file(const std::string& path, const std::string& content, unsigned mode = 0644);
+
+// GPUs the NVIDIA driver lists under /proc (0 on the build machines).
+int machine_gpu_count();
+
+// A TCP port nothing listens on right now (bound to port 0, then released).
+int free_port();
+
+// A process as /proc shows it.
+struct ProcessInfo {
+    pid_t pid = 0;
+    pid_t ppid = 0;
+    char state = '?';  // 'Z': a zombie
+    std::string cmdline;
+};
+std::string describe(const std::vector<ProcessInfo>& processes);
+
+// Every test: a temp dir, the pidfile fake workers append to, and the check
+// that nothing the job started outlives it.
+class IntegrationTest : public ::testing::Test {
+  protected:
+    void SetUp() override;
+    void TearDown() override;
+
+    // A path inside the test's temp dir.
+    std::string path(const std::string& name) const;
+
+    // Run / start ddprun with FAKE_WORKER_PIDFILE set. Surviving job processes
+    // are recorded right after ddprun exits and reported by TearDown.
+    RunResult run(const std::vector<std::string>& args, RunOptions options = {});
+    std::unique_ptr<DdprunProcess> start(const std::vector<std::string>& args,
+                                         RunOptions options = {});
+
+    // Pids fake workers recorded (workers and grandchildren).
+    std::vector<pid_t> recorded_pids() const;
+    // Processes of the job still alive (not zombies): recorded fake workers and
+    // any live child of the test process (orphans reparented to us).
+    std::vector<ProcessInfo> live_job_processes() const;
+    // Waits (bounded) until no process of the job is alive, reaping zombies the
+    // test inherited; returns what is still alive at the end.
+    std::vector<ProcessInfo> wait_job_gone(Milliseconds timeout);
+
+    // Fails the test if a job process was alive right after ddprun exited (or
+    // is alive now); then SIGKILLs and reaps whatever is left.
+    void assert_no_leftovers();
+
+    // After SIGKILLing ddprun itself, its orphans get k_orphan_grace to go
+    // away instead of having to be gone the moment it died.
+    void expect_orphans_to_clean_up() { m_orphans_allowed_grace = true; }
+
+    std::string m_dir;
+    std::string m_pidfile;
+
+  private:
+    void record_survivors();
+
+    void on_ddprun_exit(bool killed_by_harness);
+
+    std::vector<ProcessInfo> m_survivors;  // alive right after some ddprun exited
+    bool m_orphans_allowed_grace = false;
+};
+
+}  // namespace ddprun_it

@@ -1,0 +1,642 @@
+// The command line is the first thing users touch: every torchrun form must be
+// accepted unchanged, the program's arguments must pass through untouched, and
+// every mistake must come back as one line that names the flag and the value.
+
+#include "ddprun/cli.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+namespace {
+
+using Args = std::vector<std::string>;
+using Check = std::function<void(const LaunchConfig&)>;
+
+LaunchConfig parse_ok(const Args& args, const Environment& env = {}) {
+    auto parsed = parse_command_line(args, env);
+    EXPECT_TRUE(parsed.has_value()) << (parsed ? "" : parsed.error().message);
+    if (!parsed) return {};
+    EXPECT_EQ(parsed->action, CommandLine::Action::Run);
+    return parsed->config;
+}
+
+std::string parse_error(const Args& args, const Environment& env = {}) {
+    auto parsed = parse_command_line(args, env);
+    EXPECT_FALSE(parsed.has_value()) << "accepted: " << ::testing::PrintToString(args);
+    if (parsed) return {};
+    EXPECT_EQ(parsed.error().message.find('\n'), std::string::npos)
+        << "not one line: " << parsed.error().message;
+    return parsed.error().message;
+}
+
+std::string dashed(std::string name) {
+    for (char& c : name)
+        if (c == '_') c = '-';
+    return name;
+}
+
+// One value flag: its underscore name, a value, and what that value must set.
+struct ValueFlagCase {
+    std::string name;
+    std::string value;
+    Check check;
+};
+
+const std::vector<ValueFlagCase>& value_flag_cases() {
+    static const std::vector<ValueFlagCase> cases = {
+        {"nnodes", "2", [](const LaunchConfig& c) { EXPECT_EQ(c.nnodes, 2); }},
+        {"nproc_per_node", "4",
+         [](const LaunchConfig& c) {
+             EXPECT_EQ(c.nproc_per_node.kind, NprocKind::Count);
+             EXPECT_EQ(c.nproc_per_node.count, 4);
+         }},
+        {"node_rank", "0", [](const LaunchConfig& c) { EXPECT_EQ(c.node_rank, 0); }},
+        {"master_addr", "10.0.0.1",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.master_addr, "10.0.0.1"); }},
+        {"master_port", "29501", [](const LaunchConfig& c) { EXPECT_EQ(c.master_port, 29501); }},
+        {"local_addr", "10.0.0.2",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.local_addr, "10.0.0.2"); }},
+        {"rdzv_backend", "c10d", [](const LaunchConfig& c) { EXPECT_EQ(c.rdzv_backend, "c10d"); }},
+        {"rdzv_endpoint", "node0:29400",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.rdzv_endpoint, "node0:29400"); }},
+        {"rdzv_id", "job7", [](const LaunchConfig& c) { EXPECT_EQ(c.rdzv_id, "job7"); }},
+        {"rdzv_conf", "join_timeout=600",
+         [](const LaunchConfig& c) {
+             EXPECT_EQ(c.rdzv_conf, (std::map<std::string, std::string>{{"join_timeout", "600"}}));
+         }},
+        {"max_restarts", "3", [](const LaunchConfig& c) { EXPECT_EQ(c.max_restarts, 3); }},
+        {"monitor_interval", "5",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.monitor_interval, 5.0); }},
+        {"shutdown_timeout", "2.5",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.shutdown_timeout.count(), 2500); }},
+        {"signals_to_handle", "SIGTERM",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.stop_signals, std::vector<int>{SIGTERM}); }},
+        {"start_method", "fork", [](const LaunchConfig&) {}},
+        {"role", "trainer", [](const LaunchConfig& c) { EXPECT_EQ(c.role, "trainer"); }},
+        {"log_dir", "/tmp/logs", [](const LaunchConfig& c) { EXPECT_EQ(c.log_dir, "/tmp/logs"); }},
+        {"redirects", "3", [](const LaunchConfig& c) { EXPECT_EQ(c.redirects.all, kBoth); }},
+        {"tee", "1", [](const LaunchConfig& c) { EXPECT_EQ(c.tee.all, kStdout); }},
+        {"local_ranks_filter", "0,2",
+         [](const LaunchConfig& c) {
+             EXPECT_EQ(c.local_ranks_filter, (std::set<int>{0, 2}));
+         }},
+        {"log_prefix", "<{rank}> ",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.log_prefix, "<{rank}> "); }},
+    };
+    return cases;
+}
+
+TEST(CliSpellings, EveryValueFlagInBothSpellingsWithEqualsOrSpace) {
+    for (const auto& c : value_flag_cases()) {
+        for (const std::string& name : {c.name, dashed(c.name)}) {
+            SCOPED_TRACE("--" + name + " " + c.value);
+            c.check(parse_ok({"--" + name + "=" + c.value, "./train"}));
+            c.check(parse_ok({"--" + name, c.value, "./train"}));
+        }
+    }
+}
+
+TEST(CliSpellings, EveryTorchrunValueFlagFallsBackToPetThenDdprunVariables) {
+    for (const auto& c : value_flag_cases()) {
+        if (c.name == "log_prefix") continue;  // ddprun's own: no PET_ variable
+        std::string upper;
+        for (char ch : c.name) upper += static_cast<char>(std::toupper(ch));
+        SCOPED_TRACE(upper + "=" + c.value);
+        c.check(parse_ok({"./train"}, {{"PET_" + upper, c.value}}));
+        c.check(parse_ok({"./train"}, {{"DDPRUN_" + upper, c.value}}));
+    }
+}
+
+TEST(CliSpellings, ShortOptionsTakeTheirValueAttachedOrSeparate) {
+    for (const Args& args : {Args{"-r3", "./t"}, Args{"-r", "3", "./t"}, Args{"-r=3", "./t"}}) {
+        SCOPED_TRACE(::testing::PrintToString(args));
+        EXPECT_EQ(parse_ok(args).redirects.all, kBoth);
+    }
+    LaunchConfig c = parse_ok({"-t", "0:1,1:2", "./t"});
+    EXPECT_EQ(c.tee.all, kNone);
+    EXPECT_EQ(c.tee.for_rank(0), kStdout);
+    EXPECT_EQ(c.tee.for_rank(1), kStderr);
+    EXPECT_EQ(c.tee.for_rank(2), kNone);
+}
+
+struct FlagCase {
+    std::string flag;
+    Check check;
+};
+
+TEST(CliSpellings, FlagsInEverySpelling) {
+    const std::vector<FlagCase> cases = {
+        {"--standalone", [](const LaunchConfig& c) { EXPECT_TRUE(c.standalone); }},
+        {"--no_python",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.program_kind, ProgramKind::Executable); }},
+        {"--no-python",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.program_kind, ProgramKind::Executable); }},
+        {"--virtual_local_rank", [](const LaunchConfig& c) { EXPECT_TRUE(c.virtual_local_rank); }},
+        {"--virtual-local-rank", [](const LaunchConfig& c) { EXPECT_TRUE(c.virtual_local_rank); }},
+        {"--module",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.program_kind, ProgramKind::PythonModule); }},
+        {"-m", [](const LaunchConfig& c) { EXPECT_EQ(c.program_kind, ProgramKind::PythonModule); }},
+        {"--dry-run", [](const LaunchConfig& c) { EXPECT_TRUE(c.dry_run); }},
+        {"--dry_run", [](const LaunchConfig& c) { EXPECT_TRUE(c.dry_run); }},
+        {"--all-devices", [](const LaunchConfig& c) { EXPECT_TRUE(c.all_devices); }},
+        {"--all_devices", [](const LaunchConfig& c) { EXPECT_TRUE(c.all_devices); }},
+        {"--use_env", [](const LaunchConfig&) {}},
+        {"--use-env", [](const LaunchConfig&) {}},
+        {"-v", [](const LaunchConfig& c) { EXPECT_EQ(c.verbosity, 1); }},
+        {"--verbose", [](const LaunchConfig& c) { EXPECT_EQ(c.verbosity, 1); }},
+        {"-vv", [](const LaunchConfig& c) { EXPECT_EQ(c.verbosity, 2); }},
+        {"-q", [](const LaunchConfig& c) { EXPECT_EQ(c.verbosity, -1); }},
+        {"--quiet", [](const LaunchConfig& c) { EXPECT_EQ(c.verbosity, -1); }},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.flag);
+        c.check(parse_ok({c.flag, "train.py"}));
+    }
+}
+
+TEST(CliSpellings, UniquePrefixesWorkAsInArgparse) {
+    EXPECT_EQ(parse_ok({"--nproc=3", "./t"}).nproc_per_node.count, 3);
+    EXPECT_EQ(parse_ok({"--nproc-per", "3", "./t"}).nproc_per_node.count, 3);
+    EXPECT_EQ(parse_ok({"--max_re", "2", "./t"}).max_restarts, 2);
+}
+
+TEST(CliSpellings, ValuesReachTheConfigVerbatim) {
+    // CLI11 would split "[a,b]" into a list or take "-x" for a flag if it saw them raw.
+    LaunchConfig c = parse_ok({"--role", "[a,b]", "--log-prefix=[{rank}] ", "--log_dir", "my logs",
+                               "--local_addr", "-x", "./t"});
+    EXPECT_EQ(c.role, "[a,b]");
+    EXPECT_EQ(c.log_prefix, "[{rank}] ");
+    EXPECT_EQ(c.log_dir, "my logs");
+    EXPECT_EQ(c.local_addr, "-x");
+}
+
+TEST(CliSpellings, RepeatedFlagTakesTheLastValue) {
+    EXPECT_EQ(parse_ok({"--nnodes=2", "--nnodes", "3", "./t"}).nnodes, 3);
+    EXPECT_EQ(parse_ok({"-v", "-v", "-v", "./t"}).verbosity, 2);
+}
+
+TEST(CliDefaults, NothingGiven) {
+    LaunchConfig c = parse_ok({"./train"});
+    EXPECT_EQ(c.nnodes, 1);
+    EXPECT_EQ(c.nproc_per_node.kind, NprocKind::Count);
+    EXPECT_EQ(c.nproc_per_node.count, 1);
+    EXPECT_EQ(c.node_rank, 0);
+    EXPECT_EQ(c.master_addr, "127.0.0.1");
+    EXPECT_FALSE(c.master_port.has_value());
+    EXPECT_EQ(c.rdzv_backend, "static");
+    EXPECT_EQ(c.rdzv_endpoint, "");
+    EXPECT_EQ(c.rdzv_id, "none");
+    EXPECT_TRUE(c.rdzv_conf.empty());
+    EXPECT_FALSE(c.standalone);
+    EXPECT_EQ(c.max_restarts, 0);
+    EXPECT_EQ(c.shutdown_timeout.count(), 30000);
+    EXPECT_EQ(c.stop_signals, (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}));
+    EXPECT_EQ(c.forward_signals, (std::vector<int>{SIGUSR1, SIGUSR2}));
+    EXPECT_EQ(c.role, "default");
+    EXPECT_FALSE(c.virtual_local_rank);
+    EXPECT_FALSE(c.all_devices);
+    EXPECT_EQ(c.program_kind, ProgramKind::Executable);
+    EXPECT_EQ(c.program, "./train");
+    EXPECT_TRUE(c.args.empty());
+    EXPECT_EQ(c.log_dir, "");
+    EXPECT_EQ(c.redirects.all, kNone);
+    EXPECT_EQ(c.tee.all, kNone);
+    EXPECT_FALSE(c.local_ranks_filter.has_value());
+    EXPECT_EQ(c.log_prefix, "[{rank}]: ");
+    EXPECT_FALSE(c.dry_run);
+    EXPECT_EQ(c.verbosity, 0);
+}
+
+TEST(CliDefaults, PrecedenceIsFlagThenDdprunThenPetThenDefault) {
+    Environment both = {{"PET_NNODES", "2"}, {"DDPRUN_NNODES", "3"}};
+    EXPECT_EQ(parse_ok({"./t"}, both).nnodes, 3);
+    EXPECT_EQ(parse_ok({"--nnodes=4", "./t"}, both).nnodes, 4);
+    EXPECT_EQ(parse_ok({"./t"}, {{"PET_NNODES", "2"}}).nnodes, 2);
+    // A flag given on the command line hides a bad variable entirely.
+    EXPECT_EQ(parse_ok({"--nnodes=1", "./t"}, {{"PET_NNODES", "abc"}}).nnodes, 1);
+    // Empty variables count as unset.
+    EXPECT_EQ(parse_ok({"./t"}, {{"DDPRUN_NNODES", ""}, {"PET_NNODES", "2"}}).nnodes, 2);
+    EXPECT_EQ(parse_ok({"./t"}, {{"PET_NNODES", ""}}).nnodes, 1);
+}
+
+TEST(CliDefaults, BooleanVariables) {
+    for (std::string yes : {"1", "true", "TRUE", "yes", "on"}) {
+        SCOPED_TRACE(yes);
+        EXPECT_TRUE(parse_ok({"./t"}, {{"PET_STANDALONE", yes}}).standalone);
+        EXPECT_TRUE(parse_ok({"./t"}, {{"DDPRUN_DRY_RUN", yes}}).dry_run);
+        EXPECT_TRUE(parse_ok({"./t"}, {{"DDPRUN_ALL_DEVICES", yes}}).all_devices);
+        EXPECT_TRUE(parse_ok({"./t"}, {{"PET_VIRTUAL_LOCAL_RANK", yes}}).virtual_local_rank);
+        EXPECT_EQ(parse_ok({"m.py"}, {{"PET_NO_PYTHON", yes}}).program_kind,
+                  ProgramKind::Executable);
+        EXPECT_EQ(parse_ok({"pkg"}, {{"PET_MODULE", yes}}).program_kind, ProgramKind::PythonModule);
+    }
+    for (std::string no : {"0", "false", "no", "off"}) {
+        SCOPED_TRACE(no);
+        EXPECT_FALSE(parse_ok({"./t"}, {{"PET_STANDALONE", no}}).standalone);
+        EXPECT_FALSE(parse_ok({"./t"}, {{"PET_RUN_PATH", no}}).dry_run);
+    }
+}
+
+TEST(CliDefaults, LogPrefixFromEnvironmentMayBeEmpty) {
+    EXPECT_EQ(parse_ok({"./t"}, {{"DDPRUN_LOG_PREFIX", ""}}).log_prefix, "");
+    EXPECT_EQ(parse_ok({"./t"}, {{"DDPRUN_LOG_PREFIX", "{local_rank}| "}}).log_prefix,
+              "{local_rank}| ");
+    EXPECT_EQ(parse_ok({"--log-prefix=", "./t"}).log_prefix, "");
+    EXPECT_EQ(parse_ok({"--log-prefix", "", "./t"}).log_prefix, "");
+    // PET_ is torchrun's namespace: ddprun's own flags only read DDPRUN_.
+    EXPECT_EQ(parse_ok({"./t"}, {{"PET_LOG_PREFIX", ""}}).log_prefix, "[{rank}]: ");
+}
+
+TEST(CliDefaults, LogLevelSetsVerbosityUnlessVOrQIsGiven) {
+    const std::vector<std::pair<std::string, int>> levels = {
+        {"DEBUG", 1}, {"debug", 1}, {"INFO", 0}, {"WARNING", -1}, {"Error", -1}, {"CRITICAL", -1}};
+    for (const auto& [level, verbosity] : levels) {
+        SCOPED_TRACE(level);
+        EXPECT_EQ(parse_ok({"./t"}, {{"LOGLEVEL", level}}).verbosity, verbosity);
+    }
+    EXPECT_EQ(parse_ok({"-v", "./t"}, {{"LOGLEVEL", "WARNING"}}).verbosity, 1);
+    EXPECT_EQ(parse_ok({"-q", "./t"}, {{"LOGLEVEL", "DEBUG"}}).verbosity, -1);
+}
+
+TEST(CliProgram, EverythingAfterTheProgramIsUntouched) {
+    struct Case {
+        Args args;
+        std::string program;
+        Args program_args;
+    };
+    const std::vector<Case> cases = {
+        {{"--nproc_per_node=2", "./train", "--lr", "0.1", "-v"}, "./train", {"--lr", "0.1", "-v"}},
+        {{"./train", "--nproc_per_node=4", "--nnodes", "0"},
+         "./train",
+         {"--nproc_per_node=4", "--nnodes", "0"}},
+        {{"./train", "--help", "--version", "-h"}, "./train", {"--help", "--version", "-h"}},
+        {{"--", "./train", "--", "-x"}, "./train", {"--", "-x"}},
+        {{"--nnodes", "1", "--", "--weird-name"}, "--weird-name", {}},
+        {{"./train", "", "a b", "--bogus="}, "./train", {"", "a b", "--bogus="}},
+        {{"-r", "3", "./train", "-r", "9"}, "./train", {"-r", "9"}},
+        {{"--log-prefix", "--", "./train"}, "./train", {}},
+        {{"-m", "pkg.mod", "-m", "x"}, "pkg.mod", {"-m", "x"}},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(::testing::PrintToString(c.args));
+        LaunchConfig config = parse_ok(c.args);
+        EXPECT_EQ(config.program, c.program);
+        EXPECT_EQ(config.args, c.program_args);
+    }
+    // The program's -v is not ddprun's.
+    EXPECT_EQ(parse_ok({"./train", "-v"}).verbosity, 0);
+    // A value that looks like a flag is still the value.
+    EXPECT_EQ(parse_ok({"--log-prefix", "--", "./train"}).log_prefix, "--");
+}
+
+TEST(CliProgram, Kinds) {
+    struct Case {
+        Args args;
+        ProgramKind kind;
+    };
+    const std::vector<Case> cases = {
+        {{"./train"}, ProgramKind::Executable},
+        {{"train.py"}, ProgramKind::PythonFile},
+        {{"dir/train.py", "x.py"}, ProgramKind::PythonFile},
+        {{"train.pyc"}, ProgramKind::Executable},
+        {{"--no_python", "train.py"}, ProgramKind::Executable},
+        {{"-m", "pkg.train"}, ProgramKind::PythonModule},
+        {{"--module", "train.py"}, ProgramKind::PythonModule},
+        {{"bash", "-c", "x.py"}, ProgramKind::Executable},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(::testing::PrintToString(c.args));
+        EXPECT_EQ(parse_ok(c.args).program_kind, c.kind);
+    }
+}
+
+TEST(CliShape, NodesAndRanks) {
+    EXPECT_EQ(parse_ok({"--nnodes=2:2", "./t"}).nnodes, 2);
+    EXPECT_EQ(parse_ok({"--nnodes=1", "./t"}).node_rank, 0);
+    EXPECT_FALSE(parse_ok({"--nnodes=2", "./t"}).node_rank.has_value());
+    EXPECT_EQ(parse_ok({"--nnodes=2", "--node_rank=1", "./t"}).node_rank, 1);
+    EXPECT_EQ(parse_ok({"--node_rank", "1", "./t"}, {{"PET_NNODES", "4"}}).node_rank, 1);
+    EXPECT_EQ(parse_ok({"--nproc_per_node=gpu", "./t"}).nproc_per_node.kind, NprocKind::Gpu);
+    EXPECT_EQ(parse_ok({"--nproc_per_node=cpu", "./t"}).nproc_per_node.kind, NprocKind::Cpu);
+    EXPECT_EQ(parse_ok({"--nproc_per_node=auto", "./t"}).nproc_per_node.kind, NprocKind::Auto);
+    EXPECT_EQ(parse_ok({"./t"}, {{"PET_NPROC_PER_NODE", "gpu"}}).nproc_per_node.kind,
+              NprocKind::Gpu);
+    EXPECT_EQ(parse_ok({"--master_port=0", "./t"}).master_port, 0);
+    EXPECT_EQ(parse_ok({"--master_port=65535", "./t"}).master_port, 65535);
+}
+
+TEST(CliShape, StandaloneMeansOneNodeWithItsOwnStore) {
+    LaunchConfig c =
+        parse_ok({"--standalone", "--master_addr=10.1.1.1", "--nproc_per_node=4", "./t"});
+    EXPECT_TRUE(c.standalone);
+    EXPECT_EQ(c.rdzv_backend, "c10d");
+    EXPECT_EQ(c.nnodes, 1);
+    EXPECT_EQ(c.node_rank, 0);
+    EXPECT_EQ(c.master_addr, "127.0.0.1");
+    EXPECT_EQ(parse_ok({"--standalone", "--nnodes=1", "./t"}).nnodes, 1);
+}
+
+TEST(CliShape, ShutdownTimeout) {
+    EXPECT_EQ(parse_ok({"--shutdown_timeout=0", "./t"}).shutdown_timeout.count(), 0);
+    EXPECT_EQ(parse_ok({"--shutdown_timeout=0.25", "./t"}).shutdown_timeout.count(), 250);
+    EXPECT_EQ(parse_ok({"--shutdown_timeout", "120", "./t"}).shutdown_timeout.count(), 120000);
+}
+
+TEST(CliShape, RendezvousEndpointsAndConf) {
+    for (std::string endpoint :
+         {"node0", "node0:0", "node0:29400", "10.0.0.1:1", "[::1]:29400", "[::1]", "::1"}) {
+        SCOPED_TRACE(endpoint);
+        EXPECT_EQ(parse_ok({"--rdzv_endpoint=" + endpoint, "./t"}).rdzv_endpoint, endpoint);
+    }
+    LaunchConfig c = parse_ok(
+        {"--rdzv_conf", "join_timeout=600, is_host=0,last_call_timeout=0.5,custom=x=y,", "./t"});
+    EXPECT_EQ(c.rdzv_conf, (std::map<std::string, std::string>{{"join_timeout", "600"},
+                                                               {"is_host", "0"},
+                                                               {"last_call_timeout", "0.5"},
+                                                               {"custom", "x=y"}}));
+}
+
+TEST(CliShape, SignalsToHandleDecideWhatIsOnlyForwarded) {
+    LaunchConfig c = parse_ok({"--signals_to_handle=SIGTERM,USR1", "./t"});
+    EXPECT_EQ(c.stop_signals, (std::vector<int>{SIGTERM, SIGUSR1}));
+    EXPECT_EQ(c.forward_signals, std::vector<int>{SIGUSR2});
+    c = parse_ok({"--signals_to_handle=SIGUSR2,SIGUSR1", "./t"});
+    EXPECT_TRUE(c.forward_signals.empty());
+}
+
+TEST(CliSignals, ParseSignalList) {
+    struct Case {
+        std::string text;
+        std::vector<int> signals;
+    };
+    const std::vector<Case> cases = {
+        {"SIGTERM,SIGINT,SIGHUP,SIGQUIT", {SIGTERM, SIGINT, SIGHUP, SIGQUIT}},
+        {"TERM,2", {SIGTERM, 2}},
+        {"sigterm, int", {SIGTERM, SIGINT}},
+        {"SIGTERM,TERM,15", {SIGTERM}},
+        {"SIGUSR1", {SIGUSR1}},
+        {"SIGPWR,SIGWINCH", {SIGPWR, SIGWINCH}},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.text);
+        auto parsed = parse_signal_list(c.text);
+        ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
+        EXPECT_EQ(*parsed, c.signals);
+    }
+    for (std::string bad :
+         {"", "SIGFOO", "TERM,,INT", "0", "-1", "999", "SIGKILL", "STOP", "9", "SIGCHLD", "SIG"}) {
+        SCOPED_TRACE(bad);
+        auto parsed = parse_signal_list(bad);
+        ASSERT_FALSE(parsed.has_value());
+        EXPECT_EQ(parsed.error().message.find('\n'), std::string::npos);
+    }
+    EXPECT_NE(parse_signal_list("SIGFOO").error().message.find("SIGFOO"), std::string::npos);
+    EXPECT_NE(parse_signal_list("9").error().message.find("SIGKILL"), std::string::npos);
+}
+
+TEST(CliHelp, HelpAndVersion) {
+    for (const Args& args : {Args{"--help"}, Args{"-h"}, Args{"--nnodes=0", "--help"},
+                             Args{"--bogus", "-h"}, Args{"--he"}}) {
+        SCOPED_TRACE(::testing::PrintToString(args));
+        auto parsed = parse_command_line(args, {});
+        ASSERT_TRUE(parsed.has_value());
+        EXPECT_EQ(parsed->action, CommandLine::Action::PrintHelp);
+    }
+    auto help = parse_command_line({"--help"}, {})->text;
+    for (std::string word : {"--nproc_per_node", "--nnodes", "--rdzv_endpoint", "-m, --module",
+                             "-r, --redirects", "--dry-run", "--log-prefix", "--all-devices",
+                             "PET_<NAME>", "DDPRUN_<NAME>", "LOGLEVEL"}) {
+        EXPECT_NE(help.find(word), std::string::npos) << word;
+    }
+    std::size_t start = 0;
+    while (start < help.size()) {
+        std::size_t end = help.find('\n', start);
+        if (end == std::string::npos) end = help.size();
+        EXPECT_LE(end - start, 100u) << help.substr(start, end - start);
+        start = end + 1;
+    }
+    auto version = parse_command_line({"--version"}, {});
+    ASSERT_TRUE(version.has_value());
+    EXPECT_EQ(version->action, CommandLine::Action::PrintVersion);
+    EXPECT_EQ(version->text, "ddprun " DDPRUN_VERSION);
+    EXPECT_EQ(parse_ok({"./t", "--version"}).args, Args{"--version"});
+}
+
+// Bad input: each must be refused with one line mentioning every `mentions`.
+struct RejectCase {
+    Args args;
+    Environment env;
+    std::vector<std::string> mentions;
+};
+
+void expect_rejected(const std::vector<RejectCase>& cases) {
+    for (const auto& c : cases) {
+        SCOPED_TRACE(::testing::PrintToString(c.args) + " env " + ::testing::PrintToString(c.env));
+        std::string message = parse_error(c.args, c.env);
+        for (const std::string& mention : c.mentions)
+            EXPECT_NE(message.find(mention), std::string::npos)
+                << "'" << message << "' does not mention '" << mention << "'";
+    }
+}
+
+TEST(CliRejects, JobShape) {
+    expect_rejected({
+        {{"--nnodes=0", "./t"}, {}, {"--nnodes=0", "at least 1", "e.g. --nnodes="}},
+        {{"--nnodes", "-1", "./t"}, {}, {"--nnodes=-1", "at least 1"}},
+        {{"--nnodes=abc", "./t"}, {}, {"--nnodes=abc", "not a number"}},
+        {{"--nnodes=2.5", "./t"}, {}, {"--nnodes=2.5", "not a number"}},
+        {{"--nnodes=", "./t"}, {}, {"--nnodes", "missing value"}},
+        {{"--nnodes=3:2", "./t"}, {}, {"--nnodes=3:2", "greater"}},
+        {{"--nnodes=1:4", "./t"}, {}, {"--nnodes=1:4", "elastic", "not supported", "--nnodes=N"}},
+        {{"--nnodes=a:b", "./t"}, {}, {"--nnodes=a:b", "MIN:MAX"}},
+        {{"--nnodes=0:0", "./t"}, {}, {"--nnodes=0:0", "at least 1"}},
+        {{"--nnodes=99999999999", "./t"}, {}, {"--nnodes=99999999999", "at most"}},
+        {{"--nnodes"}, {}, {"--nnodes", "missing value"}},
+        {{"--nproc_per_node=0", "./t"}, {}, {"--nproc_per_node=0", "at least 1"}},
+        {{"--nproc-per-node=-2", "./t"}, {}, {"--nproc-per-node=-2", "at least 1"}},
+        {{"--nproc_per_node=gpus", "./t"}, {}, {"--nproc_per_node=gpus", "gpu, cpu or auto"}},
+        {{"--nproc_per_node=", "./t"}, {}, {"--nproc_per_node", "missing value"}},
+        {{"--node_rank=-1", "./t"}, {}, {"--node_rank=-1", "at least 0"}},
+        {{"--node_rank=1", "./t"}, {}, {"--node_rank=1", "less than the number of nodes (1)"}},
+        {{"--nnodes=2", "--node_rank=2", "./t"}, {}, {"--node_rank=2", "(2)"}},
+        {{"--node-rank=x", "./t"}, {}, {"--node-rank=x", "not a number"}},
+        {{"--standalone", "--nnodes=2", "./t"}, {}, {"--standalone", "--nnodes=2", "conflicts"}},
+        {{"--standalone", "--node_rank=1", "./t"}, {}, {"--node_rank=1"}},
+        {{"--standalone", "./t"}, {{"PET_NNODES", "3"}}, {"--standalone", "PET_NNODES=3"}},
+    });
+}
+
+TEST(CliRejects, PortsAndRendezvous) {
+    expect_rejected({
+        {{"--master_port=-1", "./t"}, {}, {"--master_port=-1", "0-65535"}},
+        {{"--master_port=65536", "./t"}, {}, {"--master_port=65536", "0-65535"}},
+        {{"--master-port=http", "./t"}, {}, {"--master-port=http", "not a number"}},
+        {{"--master_addr=", "./t"}, {}, {"--master_addr", "empty"}},
+        {{"--rdzv_endpoint=node0:70000", "./t"}, {}, {"--rdzv_endpoint=node0:70000", "70000"}},
+        {{"--rdzv_endpoint=node0:abc", "./t"}, {}, {"--rdzv_endpoint=node0:abc", "abc"}},
+        {{"--rdzv_endpoint=node0:-1", "./t"}, {}, {"--rdzv_endpoint=node0:-1", "0-65535"}},
+        {{"--rdzv_endpoint=:29400", "./t"}, {}, {"--rdzv_endpoint=:29400", "host"}},
+        {{"--rdzv_endpoint=[::1", "./t"}, {}, {"--rdzv_endpoint=[::1", "]"}},
+        {{"--rdzv_endpoint=[::1]x", "./t"}, {}, {"--rdzv_endpoint=[::1]x", ":PORT"}},
+        {{"--rdzv_backend=etcd", "./t"}, {}, {"--rdzv_backend=etcd", "not supported", "c10d"}},
+        {{"--rdzv_backend=etcd-v2", "./t"}, {}, {"--rdzv_backend=etcd-v2", "c10d"}},
+        {{"--rdzv_backend=zmq", "./t"}, {}, {"--rdzv_backend=zmq", "static or c10d"}},
+        {{"--rdzv_id=", "./t"}, {}, {"--rdzv_id", "empty"}},
+        {{"--rdzv_conf=join_timeout", "./t"}, {}, {"--rdzv_conf=join_timeout", "KEY=VALUE"}},
+        {{"--rdzv_conf==5", "./t"}, {}, {"--rdzv_conf==5", "KEY=VALUE"}},
+        {{"--rdzv_conf=a=", "./t"}, {}, {"--rdzv_conf=a=", "KEY=VALUE"}},
+        {{"--rdzv_conf=join_timeout=-1", "./t"}, {}, {"join_timeout=-1", "positive"}},
+        {{"--rdzv_conf=read_timeout=0", "./t"}, {}, {"read_timeout=0", "positive"}},
+        {{"--rdzv_conf=heartbeat_timeout=abc", "./t"}, {}, {"heartbeat_timeout=abc", "seconds"}},
+        {{"--rdzv_conf=exit_barrier_timeout=inf", "./t"}, {}, {"exit_barrier_timeout=inf"}},
+        {{"--rdzv_conf=close_timeout=nan", "./t"}, {}, {"close_timeout=nan"}},
+        {{"--rdzv_conf=last_call_timeout=", "./t"}, {}, {"last_call_timeout"}},
+        {{"--rdzv_conf=is_host=maybe", "./t"}, {}, {"is_host=maybe", "is_host"}},
+    });
+}
+
+TEST(CliRejects, Supervision) {
+    expect_rejected({
+        {{"--max_restarts=-1", "./t"}, {}, {"--max_restarts=-1", "at least 0"}},
+        {{"--max-restarts=x", "./t"}, {}, {"--max-restarts=x", "not a number"}},
+        {{"--monitor_interval=0", "./t"}, {}, {"--monitor_interval=0", "more than 0"}},
+        {{"--monitor_interval=-1", "./t"}, {}, {"--monitor_interval=-1", "more than 0"}},
+        {{"--monitor_interval=fast", "./t"}, {}, {"--monitor_interval=fast", "not a number"}},
+        {{"--shutdown_timeout=-1", "./t"}, {}, {"--shutdown_timeout=-1", "negative"}},
+        {{"--shutdown_timeout=soon", "./t"}, {}, {"--shutdown_timeout=soon", "not a number"}},
+        {{"--shutdown_timeout=inf", "./t"}, {}, {"--shutdown_timeout=inf"}},
+        {{"--shutdown_timeout=nan", "./t"}, {}, {"--shutdown_timeout=nan"}},
+        {{"--shutdown_timeout=1e300", "./t"}, {}, {"--shutdown_timeout=1e300", "too large"}},
+        {{"--signals_to_handle=SIGTERM,SIGFOO", "./t"},
+         {},
+         {"--signals_to_handle=SIGTERM,SIGFOO", "SIGFOO"}},
+        {{"--signals_to_handle=SIGKILL", "./t"},
+         {},
+         {"--signals_to_handle=SIGKILL", "cannot be handled"}},
+        {{"--signals_to_handle=", "./t"}, {}, {"--signals_to_handle", "no signals"}},
+        {{"--start_method=thread", "./t"}, {}, {"--start_method=thread", "spawn"}},
+    });
+}
+
+TEST(CliRejects, ProgramAndWorkers) {
+    expect_rejected({
+        {{}, {}, {"no program"}},
+        {{"--nproc_per_node=2"}, {}, {"no program"}},
+        {{"--"}, {}, {"no program"}},
+        {{"--", ""}, {}, {"empty"}},
+        {{"-m", "--no_python", "pkg"}, {}, {"--no_python", "-m"}},
+        {{"--module", "pkg"}, {{"PET_NO_PYTHON", "1"}}, {"PET_NO_PYTHON=1", "--module"}},
+        {{"--run_path", "x.py"}, {}, {"--run_path", "not supported", "directly"}},
+        {{"--run-path", "x.py"}, {}, {"--run-path", "not supported"}},
+        {{"x.py"}, {{"PET_RUN_PATH", "1"}}, {"PET_RUN_PATH=1", "not supported"}},
+        {{"--role=", "./t"}, {}, {"--role", "empty"}},
+        {{"--role", " ", "./t"}, {}, {"--role", "empty"}},
+    });
+}
+
+TEST(CliRejects, Output) {
+    expect_rejected({
+        {{"--local_ranks_filter=a", "./t"}, {}, {"--local_ranks_filter=a", "e.g."}},
+        {{"--local_ranks_filter=0,,1", "./t"}, {}, {"--local_ranks_filter=0,,1"}},
+        {{"--local-ranks-filter=-1", "./t"}, {}, {"--local-ranks-filter=-1"}},
+        {{"--local_ranks_filter=0;1", "./t"}, {}, {"--local_ranks_filter=0;1"}},
+        {{"-r", "4", "./t"}, {}, {"-r=4", "0-3"}},
+        {{"-r", "a", "./t"}, {}, {"-r=a", "0-3"}},
+        {{"--redirects=0:4", "./t"}, {}, {"--redirects=0:4", "LOCAL_RANK:0-3"}},
+        {{"--redirects=0:", "./t"}, {}, {"--redirects=0:"}},
+        {{"--redirects=x:1", "./t"}, {}, {"--redirects=x:1"}},
+        {{"--redirects=0:1,0:2", "./t"}, {}, {"--redirects=0:1,0:2", "twice"}},
+        {{"--redirects=0:1;1:2", "./t"}, {}, {"--redirects=0:1;1:2"}},
+        {{"--tee=x", "./t"}, {}, {"--tee=x"}},
+        {{"-t", "-1", "./t"}, {}, {"-t=-1"}},
+        {{"-r"}, {}, {"-r", "missing value"}},
+        {{"--log-prefix={bogus}", "./t"}, {}, {"--log-prefix={bogus}"}},
+        {{"-q", "-v", "./t"}, {}, {"-q", "-v"}},
+        {{"./t"}, {{"LOGLEVEL", "LOUD"}}, {"LOGLEVEL=LOUD", "DEBUG"}},
+    });
+}
+
+TEST(CliRejects, UnknownAndMalformedFlags) {
+    expect_rejected({
+        {{"--nprocs_per_node=2", "./t"},
+         {},
+         {"--nprocs_per_node", "did you mean --nproc_per_node"}},
+        {{"--master-adr", "x", "./t"}, {}, {"--master-adr", "did you mean --master_addr"}},
+        {{"--standlone", "./t"}, {}, {"--standlone", "--standalone"}},
+        {{"--versoin"}, {}, {"--versoin", "--version"}},
+        {{"-nproc_per_node=2", "./t"}, {}, {"-nproc_per_node=2", "--nproc_per_node"}},
+        {{"-master_addr=x", "./t"}, {}, {"-master_addr=x", "--master_addr"}},
+        {{"--frobnicate", "./t"}, {}, {"--frobnicate", "unknown flag"}},
+        {{"-x", "./t"}, {}, {"-x", "unknown flag"}},
+        {{"-vx", "./t"}, {}, {"-x", "unknown flag"}},
+        {{"--bogus", "3", "./t"}, {}, {"--bogus"}},
+        {{"--master", "x", "./t"}, {}, {"--master", "ambiguous", "--master_addr", "--master_port"}},
+        {{"--standalone=1", "./t"}, {}, {"--standalone=1", "takes no value"}},
+        {{"--dry-run=false", "./t"}, {}, {"--dry-run=false", "takes no value"}},
+    });
+    // The unknown flag is what is reported, not a missing program.
+    EXPECT_EQ(parse_error({"--frobnicate"}).find("no program"), std::string::npos);
+}
+
+TEST(CliRejects, BadEnvironmentValuesNameTheVariable) {
+    expect_rejected({
+        {{"./t"}, {{"PET_NNODES", "abc"}}, {"PET_NNODES=abc", "not a number", "e.g. PET_NNODES="}},
+        {{"./t"}, {{"DDPRUN_NPROC_PER_NODE", "0"}}, {"DDPRUN_NPROC_PER_NODE=0", "at least 1"}},
+        {{"./t"}, {{"PET_NODE_RANK", "-1"}}, {"PET_NODE_RANK=-1"}},
+        {{"./t"}, {{"PET_MASTER_PORT", "99999"}}, {"PET_MASTER_PORT=99999", "0-65535"}},
+        {{"./t"}, {{"PET_MAX_RESTARTS", "-2"}}, {"PET_MAX_RESTARTS=-2"}},
+        {{"./t"}, {{"PET_RDZV_BACKEND", "etcd"}}, {"PET_RDZV_BACKEND=etcd"}},
+        {{"./t"}, {{"PET_RDZV_ENDPOINT", "h:x"}}, {"PET_RDZV_ENDPOINT=h:x"}},
+        {{"./t"}, {{"PET_RDZV_CONF", "oops"}}, {"PET_RDZV_CONF=oops"}},
+        {{"./t"}, {{"PET_STANDALONE", "maybe"}}, {"PET_STANDALONE=maybe", "1 or 0"}},
+        {{"./t"}, {{"PET_SHUTDOWN_TIMEOUT", "-5"}}, {"PET_SHUTDOWN_TIMEOUT=-5"}},
+        {{"./t"}, {{"PET_MONITOR_INTERVAL", "0"}}, {"PET_MONITOR_INTERVAL=0"}},
+        {{"./t"}, {{"PET_REDIRECTS", "9"}}, {"PET_REDIRECTS=9"}},
+        {{"./t"}, {{"PET_TEE", "9"}}, {"PET_TEE=9"}},
+        {{"./t"}, {{"PET_LOCAL_RANKS_FILTER", "a"}}, {"PET_LOCAL_RANKS_FILTER=a"}},
+        {{"./t"}, {{"PET_SIGNALS_TO_HANDLE", "SIGNOPE"}}, {"PET_SIGNALS_TO_HANDLE=SIGNOPE"}},
+        {{"./t"}, {{"DDPRUN_LOG_PREFIX", "{nope}"}}, {"DDPRUN_LOG_PREFIX={nope}"}},
+        {{"./t"}, {{"DDPRUN_DRY_RUN", "sure"}}, {"DDPRUN_DRY_RUN=sure"}},
+    });
+}
+
+TEST(CliClosestFlag, SuggestsNearbyFlagsOnly) {
+    struct Case {
+        std::string unknown;
+        std::string suggestion;
+    };
+    const std::vector<Case> cases = {
+        {"--nprocs_per_node", "--nproc_per_node"},
+        {"--nprocs-per-node", "--nproc_per_node"},
+        {"--master-adr", "--master_addr"},
+        {"--master_prot", "--master_port"},
+        {"--NNODES", "--nnodes"},
+        {"--node_rnak=1", "--node_rank"},
+        {"--dryrun", "--dry-run"},
+        {"--logdir", "--log_dir"},
+        {"--frobnicate", ""},
+        {"--x", ""},
+        {"", ""},
+        {"--gpus", ""},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.unknown);
+        EXPECT_EQ(closest_flag(c.unknown), c.suggestion);
+    }
+}
+
+TEST(CliEnvironment, FromEnvp) {
+    std::string a = "A=1", b = "B=x=y", empty = "EMPTY=", noeq = "NOEQ", dup = "A=2";
+    std::vector<char*> envp = {a.data(), b.data(), empty.data(), noeq.data(), dup.data(), nullptr};
+    Environment env = environment_from(envp.data());
+    EXPECT_EQ(env, (Environment{{"A", "1"}, {"B", "x=y"}, {"EMPTY", ""}}));
+    EXPECT_TRUE(environment_from(nullptr).empty());
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -1,0 +1,440 @@
+// The Store contract every agent relies on, checked against both stores: the
+// in-process MemoryStore the rendezvous tests use, and the real c10d TCPStore
+// through the plugin (skipped when this build has no libtorch). The TCPStore
+// tests also pin down the c10d 1.13 quirks the plugin hides, the errors a user
+// sees, and that libtorch is not loaded before a store is opened.
+#include "ddprun/store.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using Kind = StoreError::Kind;
+
+// The plugin is built in the build directory's root, the test binary one
+// level below; point the loader at it unless the caller already did.
+[[maybe_unused]] const bool k_plugin_path_set = [] {
+    std::error_code error;
+    auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
+    if (error) return false;
+    auto plugin = exe.parent_path().parent_path() / k_store_plugin_name;
+    if (!std::filesystem::exists(plugin)) return false;
+    return ::setenv("DDPRUN_STORE_PLUGIN", plugin.c_str(), 0) == 0;
+}();
+
+int free_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+}
+
+bool libtorch_loaded() {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+        if (line.find("libtorch_cpu") != std::string::npos) return true;
+    return false;
+}
+
+std::unique_ptr<Store> open_server(int port, std::chrono::milliseconds timeout = 5s) {
+    return open_tcp_store({"127.0.0.1", port, true, timeout});
+}
+
+std::unique_ptr<Store> open_client(int port, std::chrono::milliseconds timeout = 5s) {
+    return open_tcp_store({"127.0.0.1", port, false, timeout});
+}
+
+// ---------------------------------------------------------------------------
+// The contract, for both stores
+
+struct StoreUnderTest {
+    std::unique_ptr<Store> host;   // hosts the data (the server, for TCP)
+    std::unique_ptr<Store> store;  // what the test talks to
+    std::unique_ptr<Store> other;  // a second client, as another agent
+};
+
+class StoreContract : public ::testing::TestWithParam<std::string> {
+  protected:
+    static constexpr auto k_timeout = 500ms;
+
+    void SetUp() override {
+        if (GetParam() == "memory") {
+            m.host = make_memory_store(k_timeout);
+            m.store = m.host->clone();
+            m.other = m.host->clone();
+            return;
+        }
+        if (!tcp_store_available()) GTEST_SKIP() << "built without libtorch";
+        int port = free_port();
+        m.host = open_server(port, k_timeout);
+        m.store = open_client(port, k_timeout);
+        m.other = open_client(port, k_timeout);
+    }
+
+    void TearDown() override {
+        m.other.reset();
+        m.store.reset();
+        m.host.reset();
+    }
+
+    StoreUnderTest m;
+};
+
+TEST_P(StoreContract, SetThenGet) {
+    m.store->set("a", "1");
+    EXPECT_EQ(m.other->get("a"), "1");
+    m.other->set("a", "two");
+    EXPECT_EQ(m.store->get("a"), "two");
+    EXPECT_EQ(m.host->get("a"), "two");
+}
+
+TEST_P(StoreContract, GetOfMissingKeyTimesOut) {
+    try {
+        m.store->get("missing");
+        FAIL() << "get returned";
+    } catch (const StoreError& error) {
+        EXPECT_EQ(error.kind(), Kind::Timeout) << error.what();
+        EXPECT_NE(std::string(error.what()).find("missing"), std::string::npos) << error.what();
+    }
+}
+
+TEST_P(StoreContract, ConnectionIsUsableAfterATimeout) {
+    // c10d 1.13 answers a timed-out get later, on the same connection.
+    m.store->set("present", "value");
+    EXPECT_THROW(m.store->get("late"), StoreError);
+    m.other->set("late", "late value");
+    EXPECT_EQ(m.store->get("present"), "value");
+    EXPECT_EQ(m.store->add("counter", 2), 2);
+    EXPECT_EQ(m.store->get("late"), "late value");
+}
+
+TEST_P(StoreContract, AddCountsFromZero) {
+    EXPECT_EQ(m.store->add("n", 1), 1);
+    EXPECT_EQ(m.other->add("n", 5), 6);
+    EXPECT_EQ(m.store->add("n", 0), 6);
+    EXPECT_EQ(m.store->add("n", -2), 4);
+    EXPECT_EQ(m.other->get("n"), "4");
+}
+
+TEST_P(StoreContract, AddToSomethingElseSaysSo) {
+    m.store->set("text", "hello");
+    try {
+        m.store->add("text", 1);
+        FAIL() << "add returned";
+    } catch (const StoreError& error) {
+        EXPECT_NE(std::string(error.what()).find("not a number"), std::string::npos)
+            << error.what();
+    }
+    // And the store is still usable.
+    EXPECT_EQ(m.store->get("text"), "hello");
+}
+
+struct CompareSetCase {
+    const char* name;
+    const char* initial;  // nullptr: absent
+    const char* expected;
+    const char* desired;
+    const char* result;
+    const char* after;  // nullptr: still absent
+};
+
+TEST_P(StoreContract, CompareSet) {
+    const CompareSetCase cases[] = {
+        {"absent, expected absent: set", nullptr, "", "new", "new", "new"},
+        {"absent, expected a value: untouched", nullptr, "old", "new", "", nullptr},
+        {"absent, expected equals desired", nullptr, "same", "same", "", nullptr},
+        {"present and expected: set", "old", "old", "new", "new", "new"},
+        {"present, other value: untouched", "other", "old", "new", "other", "other"},
+        {"present, expected absent: untouched", "old", "", "new", "old", "old"},
+        {"present, expected equals desired", "same", "same", "same", "same", "same"},
+    };
+    int i = 0;
+    for (const auto& c : cases) {
+        std::string key = "cas" + std::to_string(i++);
+        if (c.initial != nullptr) m.other->set(key, c.initial);
+        EXPECT_EQ(m.store->compare_set(key, c.expected, c.desired), c.result) << c.name;
+        if (c.after == nullptr) {
+            EXPECT_FALSE(m.other->check({key})) << c.name;
+        } else {
+            EXPECT_EQ(m.other->get(key), c.after) << c.name;
+        }
+    }
+}
+
+TEST_P(StoreContract, CheckNeedsEveryKey) {
+    EXPECT_TRUE(m.store->check({}));
+    EXPECT_FALSE(m.store->check({"x"}));
+    m.other->set("x", "1");
+    EXPECT_TRUE(m.store->check({"x"}));
+    EXPECT_FALSE(m.store->check({"x", "y"}));
+    m.other->add("y", 1);
+    EXPECT_TRUE(m.store->check({"x", "y"}));
+}
+
+TEST_P(StoreContract, WaitTimesOut) {
+    m.other->set("present", "1");
+    EXPECT_NO_THROW(m.store->wait({"present"}, 100ms));
+    EXPECT_NO_THROW(m.store->wait({"present"}, 0ms));
+    for (auto timeout : {0ms, 100ms}) {
+        try {
+            m.store->wait({"present", "absent"}, timeout);
+            FAIL() << "wait returned";
+        } catch (const StoreError& error) {
+            EXPECT_EQ(error.kind(), Kind::Timeout) << error.what();
+        }
+    }
+}
+
+// Each way of writing a key wakes a client waiting for it (c10d 1.13's
+// compareSet alone does not; the plugin makes up for it).
+TEST_P(StoreContract, WaitWakesOnEveryWrite) {
+    const std::pair<const char*, std::function<void(Store&, const std::string&)>> writes[] = {
+        {"set", [](Store& s, const std::string& k) { s.set(k, "1"); }},
+        {"add", [](Store& s, const std::string& k) { s.add(k, 1); }},
+        {"compare_set", [](Store& s, const std::string& k) { s.compare_set(k, "", "1"); }},
+    };
+    for (const auto& [name, write] : writes) {
+        std::string key = std::string("woken by ") + name;
+        std::thread writer([&, write = write] {
+            std::this_thread::sleep_for(50ms);
+            write(*m.other, key);
+        });
+        EXPECT_NO_THROW(m.store->wait({key}, 20s)) << name;
+        writer.join();
+    }
+}
+
+TEST_P(StoreContract, CloneIsAnotherConnectionToTheSameData) {
+    std::unique_ptr<Store> clone = m.store->clone();
+    std::unique_ptr<Store> host_clone = m.host->clone();
+    std::thread waiter([&] { EXPECT_NO_THROW(clone->wait({"from main"}, 20s)); });
+    // A wait blocking on the clone must not block this connection.
+    m.store->set("from main", "1");
+    waiter.join();
+    clone->set("from clone", "2");
+    EXPECT_EQ(m.store->get("from clone"), "2");
+    EXPECT_EQ(host_clone->get("from clone"), "2");
+}
+
+INSTANTIATE_TEST_SUITE_P(Store, StoreContract, ::testing::Values("memory", "tcp"),
+                         [](const auto& param_info) { return param_info.param; });
+
+// ---------------------------------------------------------------------------
+// MemoryStore only
+
+TEST(StoreMemory, ClonesShareDataAcrossManyThreads) {
+    auto store = make_memory_store(5s);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i) {
+        threads.emplace_back([clone = store->clone()] {
+            for (int j = 0; j < 100; ++j) clone->add("n", 1);
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    EXPECT_EQ(store->get("n"), "800");
+}
+
+// ---------------------------------------------------------------------------
+// TCPStore through the plugin
+
+class StoreTcp : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (!tcp_store_available()) GTEST_SKIP() << "built without libtorch";
+    }
+};
+
+TEST_F(StoreTcp, PortInUseNamesTheFlag) {
+    int port = free_port();
+    auto first = open_server(port);
+    try {
+        open_server(port);
+        FAIL() << "a second server opened";
+    } catch (const StoreError& error) {
+        std::string message = error.what();
+        EXPECT_NE(message.find(std::to_string(port)), std::string::npos) << message;
+        EXPECT_NE(message.find("already in use"), std::string::npos) << message;
+        EXPECT_NE(message.find("--rdzv_endpoint"), std::string::npos) << message;
+        EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+}
+
+TEST_F(StoreTcp, ConnectingToNothingFailsWithinTheTimeout) {
+    int port = free_port();
+    auto start = std::chrono::steady_clock::now();
+    try {
+        open_client(port, 2s);
+        FAIL() << "connected to a closed port";
+    } catch (const StoreError& error) {
+        EXPECT_EQ(error.kind(), Kind::Connection) << error.what();
+        std::string message = error.what();
+        EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << message;
+        EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+    // Hang guard: the bound is the timeout, not c10d's default 300 s.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+}
+
+TEST_F(StoreTcp, ClientConnectsToAServerThatStartsLater) {
+    int port = free_port();
+    std::unique_ptr<Store> server;
+    std::thread starter([&] {
+        std::this_thread::sleep_for(300ms);
+        server = open_server(port);
+    });
+    auto client = open_client(port, 10s);
+    starter.join();
+    client->set("k", "v");
+    EXPECT_EQ(server->get("k"), "v");
+}
+
+TEST_F(StoreTcp, LosingTheServerIsAConnectionError) {
+    int port = free_port();
+    auto server = open_server(port);
+    auto client = open_client(port, 2s);
+    client->set("k", "v");
+    std::thread killer([&] {
+        std::this_thread::sleep_for(100ms);
+        server.reset();
+    });
+    try {
+        client->wait({"never"}, 20s);
+        FAIL() << "wait returned";
+    } catch (const StoreError& error) {
+        EXPECT_EQ(error.kind(), Kind::Connection) << error.what();
+    }
+    killer.join();
+    try {
+        client->get("k");
+        FAIL() << "get returned";
+    } catch (const StoreError& error) {
+        EXPECT_EQ(error.kind(), Kind::Connection) << error.what();
+    }
+}
+
+TEST_F(StoreTcp, ServerOnPortZeroStillServesItsClones) {
+    auto server = open_server(0);
+    auto clone = server->clone();
+    clone->set("k", "v");
+    EXPECT_EQ(server->get("k"), "v");
+}
+
+// ---------------------------------------------------------------------------
+// Loading the plugin. The checks run in a fresh process (this binary, with a
+// filter), as an earlier test in this process may have loaded libtorch.
+
+std::filesystem::path own_path() {
+    std::error_code error;
+    return std::filesystem::read_symlink("/proc/self/exe", error);
+}
+
+std::pair<int, std::string> run_self(const std::string& filter, const std::string& env,
+                                     const std::filesystem::path& exe = own_path()) {
+    std::string command = "env " + env + " DDPRUN_TEST_CHILD=1 '" + exe.string() +
+                          "' --gtest_filter='" + filter + "' 2>&1";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    std::string output;
+    std::array<char, 4096> buffer{};
+    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
+        output.append(buffer.data(), n);
+    int status = ::pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+bool in_child() {
+    return std::getenv("DDPRUN_TEST_CHILD") != nullptr;
+}
+
+TEST(StorePlugin, LibtorchIsLoadedOnlyWhenAStoreIsOpened) {
+    auto [status, output] = run_self("StorePluginChild.OpenLoadsLibtorch", "");
+    EXPECT_EQ(status, 0) << output;
+    EXPECT_NE(output.find("[  PASSED  ] 1 test"), std::string::npos) << output;
+}
+
+// ddprun finds the plugin beside its own binary without being told where.
+TEST(StorePlugin, FoundBesideTheBinary) {
+    if (!tcp_store_available()) GTEST_SKIP() << "built without libtorch";
+    const char* plugin = std::getenv("DDPRUN_STORE_PLUGIN");
+    ASSERT_NE(plugin, nullptr);
+    char dir_template[] = "/tmp/ddprun-store-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir_template), nullptr);
+    std::filesystem::path dir = dir_template;
+    std::filesystem::copy_file(own_path(), dir / "tests");
+    std::filesystem::permissions(dir / "tests", std::filesystem::perms::owner_all);
+    std::filesystem::create_symlink(std::filesystem::absolute(plugin), dir / k_store_plugin_name);
+    auto [status, output] =
+        run_self("StorePluginChild.OpenLoadsLibtorch",
+                 "-u DDPRUN_STORE_PLUGIN DDPRUN_TEST_NEED_PLUGIN=1", dir / "tests");
+    std::filesystem::remove_all(dir);
+    EXPECT_EQ(status, 0) << output;
+    EXPECT_NE(output.find("[  PASSED  ] 1 test"), std::string::npos) << output;
+}
+
+TEST(StorePluginChild, OpenLoadsLibtorch) {
+    if (!in_child()) GTEST_SKIP() << "runs in a child process";
+    ASSERT_FALSE(libtorch_loaded());
+    auto memory = make_memory_store(1s);
+    memory->set("k", "v");
+    EXPECT_FALSE(libtorch_loaded()) << "a memory store loaded libtorch";
+    try {
+        auto server = open_server(free_port());
+        EXPECT_TRUE(libtorch_loaded());
+    } catch (const StoreError& error) {
+        EXPECT_EQ(std::getenv("DDPRUN_TEST_NEED_PLUGIN"), nullptr) << error.what();
+        // A build without libtorch: nothing loaded, and the user is told why.
+        EXPECT_FALSE(libtorch_loaded());
+        EXPECT_NE(std::string(error.what()).find("need libtorch"), std::string::npos);
+    }
+}
+
+TEST(StorePlugin, MissingPluginSaysWhatToInstall) {
+    auto [status, output] = run_self("StorePluginChild.MissingPlugin",
+                                     "DDPRUN_STORE_PLUGIN=/nonexistent/libddprun_store.so");
+    EXPECT_EQ(status, 0) << output;
+    EXPECT_NE(output.find("[  PASSED  ] 1 test"), std::string::npos) << output;
+}
+
+TEST(StorePluginChild, MissingPlugin) {
+    if (!in_child()) GTEST_SKIP() << "runs in a child process";
+    EXPECT_FALSE(tcp_store_available());
+    try {
+        open_client(free_port());
+        FAIL() << "opened a store without the plugin";
+    } catch (const StoreError& error) {
+        std::string message = error.what();
+        EXPECT_NE(message.find("multi-node jobs need libtorch: install libtorch-dev "
+                               "(scripts/install-deps.sh) and rebuild"),
+                  std::string::npos)
+            << message;
+        EXPECT_NE(message.find("/nonexistent/libddprun_store.so"), std::string::npos) << message;
+        EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+    EXPECT_FALSE(libtorch_loaded());
+}
+
+}  // namespace
+}  // namespace ddprun
