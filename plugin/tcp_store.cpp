@@ -3,7 +3,8 @@
 // ddprun itself never links libtorch and a single-node run never loads it.
 //
 // Everything c10d throws becomes a one-line StoreError here. The quirks of
-// c10d 1.13 (Debian 12) this file works around, each checked by a test:
+// c10d 1.13 (Debian 12) this file works around (tests/unit/test_store.cpp
+// checks each but the last):
 //  - a get/wait that times out leaves its reply in flight, and the next request
 //    on that connection reads the stale answer: after any failure the
 //    connection is dropped and the next call opens a new one;

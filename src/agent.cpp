@@ -262,7 +262,7 @@ void Agent::Impl::on_child_exit(pid_t pid, int status) {
             record.exit_code = exit_code_of(w.outcome);
             record.signal = w.outcome.signal;
             record.time_ms = now_ms();
-            // TODO(read_available): read what the dead worker left in its pipe first.
+            mux->read_available(w.spec.local_rank);  // what it wrote before dying
             record.stderr_tail = mux->stderr_tail(w.spec.local_rank);
             if (auto info = read_error_file(w.error_file)) record.message = info->message;
             publish_failure(std::move(record));
@@ -441,7 +441,8 @@ std::expected<RoundInfo, int> Agent::Impl::join_round() {
     }
     phase = Phase::Joining;
     joined.reset();
-    coordinator->join(round, master_port, [this](auto result) { joined = std::move(result); });
+    coordinator->join(round, node_rank, master_port,
+                      [this](auto result) { joined = std::move(result); });
     io.restart();
     // Signals are still handled while the join is in flight (a Ctrl-C aborts it).
     while (!joined) io.run_one();

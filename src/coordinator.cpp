@@ -49,9 +49,10 @@ void Coordinator::stop_watcher() {
     if (m_watcher.joinable()) m_watcher.join();
 }
 
-void Coordinator::join(int round, int master_port, JoinDone done) {
+void Coordinator::join(int round, int node_rank, int master_port, JoinDone done) {
     m_round = round;
     NodeInfo me = m_options.me;
+    me.node_rank = node_rank;
     me.master_port = master_port;
     asio::post(*m_ops, [this, round, me, done = std::move(done)] {
         auto result =

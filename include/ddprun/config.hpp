@@ -83,6 +83,15 @@ struct LaunchConfig {
     // ddprun's own.
     bool dry_run = false;
     int verbosity = 0;  // -1 quiet (errors only), 0 info, 1 debug, 2 trace
+
+    // Where the job's shape came from, for the log and --dry-run, so a user can
+    // check an allocation before spending GPU hours: the scheduler whose
+    // environment filled what the user left open ("slurm", "mpi", "kubeflow",
+    // or "" for none), and for nnodes, node_rank, nproc_per_node, master_addr
+    // and master_port, in that order, "value (source)", e.g.
+    // {"nnodes", "2 (SLURM_NNODES)"}, {"node_rank", "1 (flag --node_rank)"}.
+    std::string scheduler;
+    std::vector<std::pair<std::string, std::string>> value_sources;
 };
 
 // The --nproc_per_node value resolved against this machine's devices and CPUs.

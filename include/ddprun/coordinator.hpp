@@ -52,8 +52,10 @@ class Coordinator {
     int nnodes() const { return m_options.me.fingerprint.nnodes; }
 
     // Joins `round` off the loop; `done` runs on the loop. `master_port`
-    // matters on node 0 only (the others learn it from node 0).
-    void join(int round, int master_port, JoinDone done);
+    // matters on node 0 only (the others learn it from node 0). `node_rank`:
+    // the rank to claim, -1 to be assigned one (a restart keeps the rank the
+    // node was assigned in round 0).
+    void join(int round, int node_rank, int master_port, JoinDone done);
 
     // Watches the round's stop (first failure anywhere, abort, or every node
     // done); `on_stop` runs on the loop, once.

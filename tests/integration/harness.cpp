@@ -93,6 +93,8 @@ std::optional<std::string> read_proc_file(const std::string& path) {
     return text;
 }
 
+}  // namespace
+
 std::optional<ProcessInfo> process_info(pid_t pid) {
     auto stat = read_proc_file(fmt::format("/proc/{}/stat", pid));
     if (!stat) return std::nullopt;
@@ -108,6 +110,8 @@ std::optional<ProcessInfo> process_info(pid_t pid) {
     return info;
 }
 
+namespace {
+
 // The pid still names a fake_worker (pids are reused quickly with a small pid_max).
 bool is_fake_worker(pid_t pid) {
     char target[4096];
@@ -121,9 +125,9 @@ bool is_fake_worker(pid_t pid) {
     return exe.find("fake_worker") != std::string_view::npos;
 }
 
-std::vector<pid_t> children_of_self() {
+// Children of `parent` in any state, zombies included.
+std::vector<pid_t> all_children_of(pid_t parent) {
     std::vector<pid_t> children;
-    pid_t self = ::getpid();
     DIR* proc = ::opendir("/proc");
     if (!proc) return children;
     while (dirent* entry = ::readdir(proc)) {
@@ -131,10 +135,26 @@ std::vector<pid_t> children_of_self() {
         long pid = std::strtol(entry->d_name, &end, 10);
         if (*end != '\0' || pid <= 0) continue;
         auto info = process_info(static_cast<pid_t>(pid));
-        if (info && info->ppid == self) children.push_back(info->pid);
+        if (info && info->ppid == parent) children.push_back(info->pid);
     }
     ::closedir(proc);
     return children;
+}
+
+std::vector<pid_t> children_of_self() {
+    return all_children_of(::getpid());
+}
+
+// `pid` or one of its ancestors is in `roots`.
+bool descends_from(pid_t pid, const std::set<pid_t>& roots) {
+    // Bounded: a pid reused while we walk could in theory form a loop.
+    for (int depth = 0; pid > 1 && depth < 64; ++depth) {
+        if (roots.contains(pid)) return true;
+        auto info = process_info(pid);
+        if (!info) return false;
+        pid = info->ppid;
+    }
+    return false;
 }
 
 // Reaps zombie children among `pids` without touching any other child.
@@ -177,7 +197,10 @@ std::vector<std::string> ddprun_environment(const RunOptions& options) {
 
 DdprunProcess::DdprunProcess(const std::vector<std::string>& args, const RunOptions& options,
                              OnExit on_exit)
-    : m_started(Clock::now()), m_timeout(options.timeout), m_on_exit(std::move(on_exit)) {
+    : m_started(Clock::now()),
+      m_timeout(options.timeout),
+      m_on_exit(std::move(on_exit)),
+      m_after_exit(options.after_exit) {
     // Everything the child needs is built before fork(): no allocation after it.
     std::vector<std::string> argv_storage{k_ddprun};
     argv_storage.insert(argv_storage.end(), args.begin(), args.end());
@@ -231,8 +254,7 @@ DdprunProcess::~DdprunProcess() {
         int status = 0;
         while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
         }
-        m_reaped = true;
-        if (m_on_exit) m_on_exit(true);
+        mark_reaped(true);
     }
     {
         std::lock_guard lock(m_mutex);
@@ -279,39 +301,68 @@ void DdprunProcess::read_pipes() {
     m_changed.notify_all();
 }
 
-RunResult DdprunProcess::wait() {
-    RunResult result;
-    if (!m_reaped) {
-        auto deadline = m_started + m_timeout;
-        int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, m_pid, 0));
-        for (;;) {
-            int status = 0;
-            pid_t done = ::waitpid(m_pid, &status, WNOHANG);
-            if (done == m_pid) {
-                m_status = status;
-                break;
-            }
-            auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
-            if (left <= 0ms) {
-                result.timed_out = true;
-                ::kill(-m_pid, SIGKILL);
-                ::kill(m_pid, SIGKILL);
-                while (::waitpid(m_pid, &m_status, 0) < 0 && errno == EINTR) {
-                }
-                break;
-            }
-            if (pidfd >= 0) {
-                pollfd fd{pidfd, POLLIN, 0};
-                ::poll(&fd, 1, static_cast<int>(std::min<long>(left.count(), 1000)));
-            } else {
-                std::this_thread::sleep_for(std::min<Milliseconds>(left, 5ms));
-            }
-        }
-        if (pidfd >= 0) ::close(pidfd);
-        m_reaped = true;
-        result.elapsed = std::chrono::duration_cast<Milliseconds>(Clock::now() - m_started);
-        if (m_on_exit) m_on_exit(result.timed_out);
+void DdprunProcess::mark_reaped(bool killed_by_harness) {
+    m_reaped = true;
+    m_exited_at = Clock::now();
+    if (m_on_exit) m_on_exit(killed_by_harness);
+    if (m_after_exit) m_after_exit();
+}
+
+bool DdprunProcess::reap_if_exited() {
+    if (m_reaped) return true;
+    int status = 0;
+    if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+        m_status = status;
+        mark_reaped(false);
+        return true;
     }
+    if (Clock::now() < deadline()) return false;
+    m_timed_out = true;
+    ::kill(-m_pid, SIGKILL);
+    ::kill(m_pid, SIGKILL);
+    while (::waitpid(m_pid, &m_status, 0) < 0 && errno == EINTR) {
+    }
+    mark_reaped(true);
+    return true;
+}
+
+namespace {
+
+// Sleeps until one of `pids` may have exited, or `timeout` passes.
+void wait_for_any_exit(const std::vector<pid_t>& pids, Milliseconds timeout) {
+    std::vector<pollfd> fds;
+    for (pid_t pid : pids) {
+        int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+        if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+    }
+    // Without pidfds (old kernel) a short sleep stands in: only latency suffers.
+    auto slice = fds.size() == pids.size() ? std::min<Milliseconds>(timeout, 1000ms)
+                                           : std::min<Milliseconds>(timeout, 5ms);
+    if (slice > 0ms) ::poll(fds.data(), fds.size(), static_cast<int>(slice.count()));
+    for (auto& fd : fds) ::close(fd.fd);
+}
+
+}  // namespace
+
+bool DdprunProcess::wait_exit_for(Milliseconds timeout) {
+    auto until = std::min(Clock::now() + timeout, deadline());
+    while (!reap_if_exited()) {
+        auto left = std::chrono::duration_cast<Milliseconds>(until - Clock::now());
+        if (left <= 0ms) return false;
+        wait_for_any_exit({m_pid}, left);
+    }
+    return true;
+}
+
+RunResult DdprunProcess::wait() {
+    while (!reap_if_exited()) {
+        auto left = std::chrono::duration_cast<Milliseconds>(deadline() - Clock::now());
+        wait_for_any_exit({m_pid}, std::max(left, 1ms));
+    }
+    RunResult result;
+    result.timed_out = m_timed_out;
+    result.exited_at = m_exited_at;
+    result.elapsed = std::chrono::duration_cast<Milliseconds>(m_exited_at - m_started);
     result.exit_code = decode_status(m_status);
 
     // Output written just before the exit is still in the pipes: drain it, but
@@ -353,6 +404,24 @@ RunResult run_ddprun(const std::vector<std::string>& args, const RunOptions& opt
                      OnExit on_exit) {
     DdprunProcess process(args, options, std::move(on_exit));
     return process.wait();
+}
+
+std::vector<RunResult> wait_all(const std::vector<DdprunProcess*>& processes) {
+    for (;;) {
+        std::vector<pid_t> running;
+        auto next_deadline = Clock::time_point::max();
+        for (DdprunProcess* process : processes) {
+            if (process->reap_if_exited()) continue;
+            running.push_back(process->pid());
+            next_deadline = std::min(next_deadline, process->deadline());
+        }
+        if (running.empty()) break;
+        auto left = std::chrono::duration_cast<Milliseconds>(next_deadline - Clock::now());
+        wait_for_any_exit(running, std::max(left, 1ms));
+    }
+    std::vector<RunResult> results;
+    for (DdprunProcess* process : processes) results.push_back(process->wait());
+    return results;
 }
 
 bool wait_until(const std::function<bool()>& condition, Milliseconds timeout) {
@@ -465,6 +534,34 @@ int free_port() {
     return ntohs(address.sin_port);
 }
 
+bool port_accepts(const std::string& host, int port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) fail_syscall("socket");
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
+        ::close(fd);
+        throw std::runtime_error("port_accepts: not an IPv4 address: " + host);
+    }
+    bool accepted = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+    ::close(fd);
+    return accepted;
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+    std::vector<pid_t> live;
+    for (pid_t pid : all_children_of(parent)) {
+        if (process_alive(pid)) live.push_back(pid);
+    }
+    return live;
+}
+
+bool process_alive(pid_t pid) {
+    auto info = process_info(pid);
+    return info && info->state != 'Z' && info->state != 'X';
+}
+
 std::string describe(const std::vector<ProcessInfo>& processes) {
     std::string out;
     for (const auto& info : processes) {
@@ -498,15 +595,19 @@ std::string IntegrationTest::path(const std::string& name) const {
 }
 
 RunResult IntegrationTest::run(const std::vector<std::string>& args, RunOptions options) {
-    options.env.emplace_back("FAKE_WORKER_PIDFILE", m_pidfile);
-    return run_ddprun(args, options, [this](bool killed) { on_ddprun_exit(killed); });
+    return start(args, std::move(options))->wait();
 }
 
 std::unique_ptr<DdprunProcess> IntegrationTest::start(const std::vector<std::string>& args,
                                                       RunOptions options) {
     options.env.emplace_back("FAKE_WORKER_PIDFILE", m_pidfile);
-    return std::make_unique<DdprunProcess>(args, options,
-                                           [this](bool killed) { on_ddprun_exit(killed); });
+    // The pid is known only once the process exists; the callback runs after that.
+    auto pid = std::make_shared<pid_t>(-1);
+    auto process = std::make_unique<DdprunProcess>(
+        args, options, [this, pid](bool killed) { on_ddprun_exit(*pid, killed); });
+    *pid = process->pid();
+    m_running.insert(*pid);
+    return process;
 }
 
 std::vector<pid_t> IntegrationTest::recorded_pids() const {
@@ -518,6 +619,23 @@ std::vector<pid_t> IntegrationTest::recorded_pids() const {
         if (pid > 0) pids.push_back(static_cast<pid_t>(pid));
     }
     return pids;
+}
+
+std::map<int, std::vector<pid_t>> IntegrationTest::recorded_workers() const {
+    std::map<int, std::vector<pid_t>> workers;
+    std::istringstream text(read_text_file(m_pidfile));
+    std::string line;
+    while (std::getline(text, line)) {
+        // "<pid> worker rank=<RANK>"
+        auto at = line.find(" worker rank=");
+        if (at == std::string::npos) continue;
+        char* end = nullptr;
+        long rank = std::strtol(line.c_str() + at + 13, &end, 10);
+        if (end == line.c_str() + at + 13) continue;
+        workers[static_cast<int>(rank)].push_back(
+            static_cast<pid_t>(std::strtol(line.c_str(), nullptr, 10)));
+    }
+    return workers;
 }
 
 std::vector<ProcessInfo> IntegrationTest::live_job_processes() const {
@@ -534,7 +652,8 @@ std::vector<ProcessInfo> IntegrationTest::live_job_processes() const {
     return live;
 }
 
-void IntegrationTest::on_ddprun_exit(bool killed_by_harness) {
+void IntegrationTest::on_ddprun_exit(pid_t pid, bool killed_by_harness) {
+    m_running.erase(pid);
     // A ddprun the harness SIGKILLed could not clean up synchronously; the
     // test has failed already and its orphans only get the bounded grace.
     if (killed_by_harness) {
@@ -547,13 +666,10 @@ void IntegrationTest::on_ddprun_exit(bool killed_by_harness) {
 void IntegrationTest::record_survivors() {
     // Taken the moment ddprun is reaped: a job process alive now outlived it.
     // A zombie here died no later than ddprun did and is merely unreaped.
-    // Skipped while another ddprun of this test still runs (its workers are
-    // legitimately alive).
-    for (pid_t child : children_of_self()) {
-        auto info = process_info(child);
-        if (info && info->cmdline.starts_with(k_ddprun) && info->state != 'Z') return;
-    }
+    // Processes under a ddprun of this test that still runs (another node of
+    // the job, another job) are legitimately alive.
     for (const auto& info : live_job_processes()) {
+        if (descends_from(info.pid, m_running)) continue;
         bool known = std::any_of(m_survivors.begin(), m_survivors.end(),
                                  [&](const ProcessInfo& seen) { return seen.pid == info.pid; });
         if (!known) m_survivors.push_back(info);

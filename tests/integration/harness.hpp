@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -45,6 +46,10 @@ struct RunOptions {
     // On a machine with NVIDIA GPUs, CUDA_VISIBLE_DEVICES="" (no device) unless
     // the test sets it, so the job's shape does not depend on the machine.
     bool hide_machine_gpus = true;
+    // Runs right after ddprun is reaped (after the fixture's own snapshot): a
+    // test's check of what the world looked like the moment this ddprun exited,
+    // e.g. whether another node's workers had finished by then.
+    std::function<void()> after_exit;
 };
 
 struct RunResult {
@@ -54,6 +59,7 @@ struct RunResult {
     bool timed_out = false;        // the hang guard fired and the group was SIGKILLed
     bool pipes_left_open = false;  // someone still held ddprun's stdout/stderr after it exited
     Milliseconds elapsed{0};
+    Clock::time_point exited_at{};  // when the harness saw ddprun exit (reaped)
 
     // Everything a failure message needs.
     std::string describe() const;
@@ -86,6 +92,14 @@ class DdprunProcess {
     // Waits for ddprun to exit, bounded by the run's timeout (counted from the
     // start); on timeout the process group is SIGKILLed and timed_out is set.
     RunResult wait();
+    // Waits at most `timeout` (and never past the hang guard) for ddprun to
+    // exit; true once it has (it is reaped then; wait() collects the result).
+    bool wait_exit_for(Milliseconds timeout);
+    // Never blocks (except to reap what it SIGKILLs): reaps ddprun if it has
+    // exited, or SIGKILLs its process group once the hang guard has passed.
+    // True once ddprun is reaped.
+    bool reap_if_exited();
+    Clock::time_point deadline() const { return m_started + m_timeout; }
 
     std::string out_so_far() const;
     std::string err_so_far() const;
@@ -94,13 +108,17 @@ class DdprunProcess {
 
   private:
     void read_pipes();
+    void mark_reaped(bool killed_by_harness);
 
     pid_t m_pid = -1;
     bool m_reaped = false;
     int m_status = 0;
+    bool m_timed_out = false;
     Clock::time_point m_started;
+    Clock::time_point m_exited_at{};
     Milliseconds m_timeout;
     OnExit m_on_exit;
+    std::function<void()> m_after_exit;
 
     int m_out_fd = -1;
     int m_err_fd = -1;
@@ -117,6 +135,12 @@ class DdprunProcess {
 // Runs ddprun to completion.
 RunResult run_ddprun(const std::vector<std::string>& args, const RunOptions& options = {},
                      OnExit on_exit = {});
+
+// Waits for several ddprun processes at once (the agents of a multi-node job),
+// each bounded by its own hang guard and reaped the moment it exits, so one
+// that hangs neither delays noticing the others nor hides their exit times.
+// Results in the order given.
+std::vector<RunResult> wait_all(const std::vector<DdprunProcess*>& processes);
 
 // Bounded polls; true when the condition held before the timeout.
 bool wait_until(const std::function<bool()>& condition, Milliseconds timeout);
@@ -140,6 +164,8 @@ int machine_gpu_count();
 
 // A TCP port nothing listens on right now (bound to port 0, then released).
 int free_port();
+// True when something accepts TCP connections on host:port right now.
+bool port_accepts(const std::string& host, int port);
 
 // A process as /proc shows it.
 struct ProcessInfo {
@@ -149,6 +175,11 @@ struct ProcessInfo {
     std::string cmdline;
 };
 std::string describe(const std::vector<ProcessInfo>& processes);
+std::optional<ProcessInfo> process_info(pid_t pid);
+// The live (not zombie) children of `parent`.
+std::vector<pid_t> children_of(pid_t parent);
+// The process exists and is not a zombie.
+bool process_alive(pid_t pid);
 
 // Every test: a temp dir, the pidfile fake workers append to, and the check
 // that nothing the job started outlives it.
@@ -168,6 +199,8 @@ class IntegrationTest : public ::testing::Test {
 
     // Pids fake workers recorded (workers and grandchildren).
     std::vector<pid_t> recorded_pids() const;
+    // The workers among them, by the RANK they were started with.
+    std::map<int, std::vector<pid_t>> recorded_workers() const;
     // Processes of the job still alive (not zombies): recorded fake workers and
     // any live child of the test process (orphans reparented to us).
     std::vector<ProcessInfo> live_job_processes() const;
@@ -189,9 +222,10 @@ class IntegrationTest : public ::testing::Test {
   private:
     void record_survivors();
 
-    void on_ddprun_exit(bool killed_by_harness);
+    void on_ddprun_exit(pid_t pid, bool killed_by_harness);
 
     std::vector<ProcessInfo> m_survivors;  // alive right after some ddprun exited
+    std::set<pid_t> m_running;             // ddprun processes this test started that still run
     bool m_orphans_allowed_grace = false;
 };
 

@@ -1,0 +1,936 @@
+// Black-box tests of a multi-node ddprun: several agents on this machine, one
+// per loopback address (127.0.0.1, .2, .3), meet through the rendezvous store
+// like the nodes of a cluster. The tests check what a user of a cluster relies
+// on: one consistent job (ranks, MASTER_ADDR/PORT, restart rounds) across the
+// nodes, and that a failure, a signal or a lost node anywhere ends the job on
+// every node with the same exit code, a summary naming the root cause, and no
+// process left behind. Every agent's exit code is checked, and each agent has
+// its own hang guard, so "promptly" means "long before the guard".
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+
+namespace ddprun_it {
+namespace {
+
+constexpr int k_rendezvous_exit = 75;
+
+// Long enough for an agent to start, join and run short workers on a loaded
+// 2-core machine; short enough that a node left waiting for a lost peer (or
+// for a grace it should not need) fails the test instead of stalling it.
+constexpr Milliseconds k_node_guard = 30s;
+
+bool contains(const std::string& text, const std::string& needle) {
+    return text.find(needle) != std::string::npos;
+}
+
+std::vector<std::string> non_empty_lines(const std::string& text) {
+    std::vector<std::string> lines;
+    for (auto& line : split_lines(text)) {
+        if (!line.empty()) lines.push_back(line);
+    }
+    return lines;
+}
+
+// ddprun's own stderr lines (its messages and the summary box), without the
+// workers' prefixed output.
+std::vector<std::string> ddprun_own_lines(const std::string& err) {
+    std::vector<std::string> lines;
+    for (auto& line : non_empty_lines(err)) {
+        if (!split_prefix(line)) lines.push_back(line);
+    }
+    return lines;
+}
+
+std::string ddprun_messages(const std::string& err) {
+    std::string text;
+    for (const auto& line : ddprun_own_lines(err)) text += line + "\n";
+    return text;
+}
+
+// ddprun's own lines that mention every one of `needles`.
+std::vector<std::string> own_lines_with(const std::string& err,
+                                        const std::vector<std::string>& needles) {
+    std::vector<std::string> found;
+    for (const auto& line : ddprun_own_lines(err)) {
+        if (std::all_of(needles.begin(), needles.end(),
+                        [&](const std::string& needle) { return contains(line, needle); })) {
+            found.push_back(line);
+        }
+    }
+    return found;
+}
+
+std::string describe_all(const std::vector<RunResult>& results) {
+    std::string text;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        text += fmt::format("=== agent {} ===\n{}\n", i, results[i].describe());
+    }
+    return text;
+}
+
+std::vector<int> exit_codes(const std::vector<RunResult>& results) {
+    std::vector<int> codes;
+    for (const auto& r : results) codes.push_back(r.exit_code);
+    return codes;
+}
+
+// The worker's `env` output, one block per run of the worker (a block starts
+// at "RANK="), so the rounds of a restarted job can be told apart.
+std::vector<std::map<std::string, std::string>> env_blocks(const std::vector<std::string>& lines) {
+    std::vector<std::map<std::string, std::string>> blocks;
+    for (const auto& line : lines) {
+        auto eq = line.find('=');
+        if (eq == std::string::npos) continue;
+        std::string name = line.substr(0, eq);
+        if (name == "RANK") blocks.emplace_back();
+        if (!blocks.empty()) blocks.back()[name] = line.substr(eq + 1);
+    }
+    return blocks;
+}
+
+// Every worker of the job reports ready; rank `failing` waits until all
+// `world` workers are, then runs `failure` (pairs of action and argument);
+// the others sleep far beyond any hang guard, so only ddprun stops them.
+std::vector<std::string> fail_when_all_ready(const std::string& dir, int world, int failing,
+                                             const std::vector<std::string>& failure) {
+    std::vector<std::string> actions{"ready", dir + "/ready.{rank}"};
+    std::string who = std::to_string(failing);
+    for (int rank = 0; rank < world; ++rank) {
+        if (rank == failing) continue;
+        actions.insert(actions.end(),
+                       {"if-rank", who, "wait-file", fmt::format("{}/ready.{}", dir, rank)});
+    }
+    for (std::size_t i = 0; i + 1 < failure.size(); i += 2) {
+        actions.insert(actions.end(), {"if-rank", who, failure[i], failure[i + 1]});
+    }
+    actions.insert(actions.end(), {"sleep", "300"});
+    return actions;
+}
+
+// Workers that report ready and then sleep far beyond any hang guard.
+std::vector<std::string> sleepers(const std::string& dir, std::vector<std::string> setup = {}) {
+    setup.insert(setup.end(), {"ready", dir + "/ready.{rank}", "sleep", "300"});
+    return setup;
+}
+
+// What every agent of one job shares.
+struct Job {
+    int nnodes = 2;
+    int nproc = 2;
+    // --rdzv_conf; join_timeout bounds a broken rendezvous with a message
+    // instead of the hang guard.
+    std::map<std::string, std::string> conf = {{"join_timeout", "20"}};
+    std::vector<std::string> flags;  // more flags for every agent
+    Milliseconds guard = k_node_guard;
+};
+
+// One agent.
+struct Node {
+    int node_rank = -1;  // -1: --node_rank omitted (assigned at join)
+    std::string addr;    // --local_addr
+    std::vector<std::string> flags = {};    // this agent's own flags (override the job's)
+    std::vector<std::string> program = {};  // empty: fake_worker with `actions`
+    std::vector<std::string> actions = {};
+};
+
+class MultiNodeTest : public IntegrationTest {
+  protected:
+    std::vector<std::string> agent_args(const Job& job, const Node& node) const {
+        std::vector<std::string> args{
+            fmt::format("--nnodes={}", job.nnodes),
+            fmt::format("--nproc_per_node={}", job.nproc),
+            fmt::format("--rdzv_endpoint=127.0.0.1:{}", m_port),
+            "--rdzv_id=" + m_run_id,
+        };
+        if (node.node_rank >= 0) args.push_back(fmt::format("--node_rank={}", node.node_rank));
+        args.push_back("--local_addr=" + node.addr);
+        std::string conf;
+        for (const auto& [key, value] : job.conf) {
+            conf += (conf.empty() ? "" : ",") + key + "=" + value;
+        }
+        args.push_back("--rdzv_conf=" + conf);
+        // Later flags win, so a node's own flags override the job's.
+        args.insert(args.end(), job.flags.begin(), job.flags.end());
+        args.insert(args.end(), node.flags.begin(), node.flags.end());
+        if (node.program.empty()) {
+            args.push_back(k_fake_worker);
+            args.insert(args.end(), node.actions.begin(), node.actions.end());
+        } else {
+            args.insert(args.end(), node.program.begin(), node.program.end());
+        }
+        return args;
+    }
+
+    std::unique_ptr<DdprunProcess> start_node(const Job& job, const Node& node,
+                                              RunOptions options = {}) {
+        options.timeout = job.guard;
+        return start(agent_args(job, node), std::move(options));
+    }
+
+    // Starts every agent, waits for all of them.
+    std::vector<RunResult> run_nodes(const Job& job, const std::vector<Node>& nodes,
+                                     const RunOptions& options = {}) {
+        std::vector<std::unique_ptr<DdprunProcess>> agents;
+        for (const auto& node : nodes) agents.push_back(start_node(job, node, options));
+        return wait_nodes(agents);
+    }
+
+    static std::vector<RunResult> wait_nodes(
+        const std::vector<std::unique_ptr<DdprunProcess>>& agents) {
+        std::vector<DdprunProcess*> raw;
+        for (const auto& agent : agents) raw.push_back(agent.get());
+        return wait_all(raw);
+    }
+
+    void wait_ready(int world, const std::vector<std::unique_ptr<DdprunProcess>>& agents) {
+        for (int rank = 0; rank < world; ++rank) {
+            ASSERT_TRUE(wait_for_file(path(fmt::format("ready.{}", rank)), 30s))
+                << "worker " << rank << " never started\n"
+                << stderr_of(agents);
+        }
+    }
+
+    static std::string stderr_of(const std::vector<std::unique_ptr<DdprunProcess>>& agents) {
+        std::string text;
+        for (std::size_t i = 0; i < agents.size(); ++i) {
+            text += fmt::format("--- agent {} stderr so far ---\n{}\n", i, agents[i]->err_so_far());
+        }
+        return text;
+    }
+
+    // Waits until the workers of these ranks have all exited (and were reaped).
+    bool wait_workers_gone(const std::vector<int>& ranks, Milliseconds timeout) const {
+        return wait_until(
+            [&] {
+                auto workers = recorded_workers();
+                for (int rank : ranks) {
+                    auto it = workers.find(rank);
+                    if (it == workers.end()) return false;
+                    for (pid_t pid : it->second) {
+                        if (process_info(pid)) return false;  // alive, or not reaped yet
+                    }
+                }
+                return true;
+            },
+            timeout);
+    }
+
+    int m_port = free_port();
+    std::string m_run_id =
+        std::string("mn-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+};
+
+class MultiNodeEnv : public MultiNodeTest {};
+class MultiNodeRendezvous : public MultiNodeTest {};
+class MultiNodeFailures : public MultiNodeTest {};
+class MultiNodeSignals : public MultiNodeTest {};
+class MultiNodeLiveness : public MultiNodeTest {};
+class MultiNodeRestarts : public MultiNodeTest {};
+class MultiNodeBarrier : public MultiNodeTest {};
+class MultiNodePython : public MultiNodeTest {};
+
+// --- the job's shape ----------------------------------------------------------
+
+TEST_F(MultiNodeEnv, EveryNodeGetsTheJobWideVariables) {
+    // Node 0 is not on the endpoint's address: MASTER_ADDR must be node 0's own
+    // address, on every node, not the endpoint's and not the local one.
+    Job job;
+    auto r = run_nodes(job, {{.node_rank = 0, .addr = "127.0.0.2", .actions = {"env"}},
+                             {.node_rank = 1, .addr = "127.0.0.1", .actions = {"env"}}});
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    std::set<std::string> ports;
+    for (int node = 0; node < 2; ++node) {
+        auto env = env_by_rank(r[static_cast<std::size_t>(node)].out);
+        ASSERT_EQ(env.size(), 2u) << "each node shows its own two ranks\n" << describe_all(r);
+        for (int local = 0; local < 2; ++local) {
+            int rank = node * 2 + local;
+            SCOPED_TRACE(fmt::format("node {} rank {}", node, rank));
+            ASSERT_TRUE(env.contains(rank)) << describe_all(r);
+            auto& e = env[rank];
+            EXPECT_EQ(e["RANK"], std::to_string(rank));
+            EXPECT_EQ(e["LOCAL_RANK"], std::to_string(local));
+            EXPECT_EQ(e["WORLD_SIZE"], "4");
+            EXPECT_EQ(e["LOCAL_WORLD_SIZE"], "2");
+            EXPECT_EQ(e["GROUP_RANK"], std::to_string(node));
+            EXPECT_EQ(e["NODE_RANK"], std::to_string(node));
+            EXPECT_EQ(e["GROUP_WORLD_SIZE"], "2");
+            EXPECT_EQ(e["NNODES"], "2");
+            EXPECT_EQ(e["ROLE_RANK"], std::to_string(rank));
+            EXPECT_EQ(e["ROLE_WORLD_SIZE"], "4");
+            EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.2");
+            EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "0");
+            EXPECT_EQ(e["TORCHELASTIC_RUN_ID"], m_run_id);
+            ports.insert(e["MASTER_PORT"]);
+        }
+    }
+    ASSERT_EQ(ports.size(), 1u) << "every worker must get the same MASTER_PORT: "
+                                << fmt::format("{}", fmt::join(ports, ", "));
+    int port = std::atoi(ports.begin()->c_str());
+    EXPECT_GT(port, 0);
+    EXPECT_LT(port, 65536);
+    EXPECT_NE(port, m_port) << "MASTER_PORT is rank 0's store, not the rendezvous store";
+}
+
+TEST_F(MultiNodeEnv, DifferentNprocPerNodeGivesPrefixSumRanks) {
+    Job job;
+    auto r = run_nodes(job, {{.node_rank = 0, .addr = "127.0.0.1", .actions = {"env"}},
+                             {.node_rank = 1,
+                              .addr = "127.0.0.2",
+                              .flags = {"--nproc_per_node=3"},
+                              .actions = {"env"}}});
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    const std::vector<std::vector<int>> ranks_of_node = {{0, 1}, {2, 3, 4}};
+    for (std::size_t node = 0; node < 2; ++node) {
+        auto env = env_by_rank(r[node].out);
+        const auto& ranks = ranks_of_node[node];
+        ASSERT_EQ(env.size(), ranks.size()) << describe_all(r);
+        for (std::size_t local = 0; local < ranks.size(); ++local) {
+            int rank = ranks[local];
+            SCOPED_TRACE(fmt::format("node {} rank {}", node, rank));
+            auto& e = env[rank];
+            EXPECT_EQ(e["RANK"], std::to_string(rank));
+            EXPECT_EQ(e["LOCAL_RANK"], std::to_string(local));
+            EXPECT_EQ(e["WORLD_SIZE"], "5");
+            EXPECT_EQ(e["LOCAL_WORLD_SIZE"], std::to_string(ranks.size()));
+            EXPECT_EQ(e["NODE_RANK"], std::to_string(node));
+        }
+    }
+}
+
+TEST_F(MultiNodeEnv, ThreeNodesOnThreeAddressesSucceed) {
+    Job job;
+    job.nnodes = 3;
+    std::vector<Node> nodes;
+    for (int node = 0; node < 3; ++node) {
+        nodes.push_back({.node_rank = node,
+                         .addr = fmt::format("127.0.0.{}", node + 1),
+                         .actions = {"print", "2", "env"}});
+    }
+    auto r = run_nodes(job, nodes);
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0, 0})) << describe_all(r);
+    std::set<std::string> ports;
+    for (int node = 0; node < 3; ++node) {
+        auto by_rank = lines_by_rank(r[static_cast<std::size_t>(node)].out);
+        auto env = env_by_rank(r[static_cast<std::size_t>(node)].out);
+        ASSERT_EQ(by_rank.size(), 2u) << describe_all(r);
+        for (int rank : {node * 2, node * 2 + 1}) {
+            SCOPED_TRACE(fmt::format("node {} rank {}", node, rank));
+            ASSERT_GE(by_rank[rank].size(), 2u) << describe_all(r);
+            EXPECT_EQ(by_rank[rank][0], fmt::format("line 0 rank {}", rank));
+            EXPECT_EQ(by_rank[rank][1], fmt::format("line 1 rank {}", rank));
+            EXPECT_EQ(env[rank]["WORLD_SIZE"], "6");
+            EXPECT_EQ(env[rank]["NNODES"], "3");
+            EXPECT_EQ(env[rank]["MASTER_ADDR"], "127.0.0.1");
+            ports.insert(env[rank]["MASTER_PORT"]);
+        }
+    }
+    EXPECT_EQ(ports.size(), 1u) << fmt::format("{}", fmt::join(ports, ", "));
+}
+
+// --- rendezvous -----------------------------------------------------------------
+
+TEST_F(MultiNodeRendezvous, OmittedNodeRanksAreAssignedWithTheStoreHostAsNodeZero) {
+    // The agent on 127.0.0.3 starts alone and hosts the store; the others
+    // start once it listens, so it must be node 0 although it is not on the
+    // endpoint's address.
+    Job job;
+    job.nnodes = 3;
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, {.addr = "127.0.0.3", .actions = {"env"}}));
+    bool listening = wait_until([&] { return port_accepts("127.0.0.1", m_port); }, 30s);
+    ASSERT_TRUE(listening) << "the first agent never hosted the store\n" << stderr_of(agents);
+    agents.push_back(start_node(job, {.addr = "127.0.0.1", .actions = {"env"}}));
+    agents.push_back(start_node(job, {.addr = "127.0.0.2", .actions = {"env"}}));
+    auto r = wait_nodes(agents);
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0, 0})) << describe_all(r);
+
+    std::multiset<int> ranks;
+    std::set<int> node_ranks;
+    for (std::size_t agent = 0; agent < 3; ++agent) {
+        auto env = env_by_rank(r[agent].out);
+        ASSERT_EQ(env.size(), 2u) << describe_all(r);
+        std::set<std::string> node_rank_of_agent;
+        for (auto& [rank, e] : env) {
+            ranks.insert(rank);
+            node_rank_of_agent.insert(e["NODE_RANK"]);
+            EXPECT_EQ(e["RANK"], std::to_string(std::atoi(e["NODE_RANK"].c_str()) * 2 +
+                                                std::atoi(e["LOCAL_RANK"].c_str())))
+                << "RANK must follow the assigned node rank\n"
+                << describe_all(r);
+            EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.3") << "node 0 is the store's host";
+            EXPECT_EQ(e["WORLD_SIZE"], "6");
+        }
+        ASSERT_EQ(node_rank_of_agent.size(), 1u) << "one node rank per agent\n" << describe_all(r);
+        node_ranks.insert(std::atoi(node_rank_of_agent.begin()->c_str()));
+        if (agent == 0) {
+            EXPECT_EQ(*node_rank_of_agent.begin(), "0") << "the store's host is node 0\n"
+                                                        << describe_all(r);
+        }
+    }
+    EXPECT_EQ(node_ranks, (std::set<int>{0, 1, 2})) << describe_all(r);
+    EXPECT_EQ(ranks, (std::multiset<int>{0, 1, 2, 3, 4, 5}))
+        << "ranks must cover 0..world-1 exactly once\n"
+        << describe_all(r);
+}
+
+struct DuplicateCase {
+    std::string name;
+    int nnodes;
+    std::vector<Node> nodes;  // two of them claim `rank`
+    int rank;
+};
+
+void PrintTo(const DuplicateCase& c, std::ostream* os) {
+    *os << c.name;
+}
+
+class MultiNodeDuplicateRank : public MultiNodeTest,
+                               public ::testing::WithParamInterface<DuplicateCase> {};
+
+TEST_P(MultiNodeDuplicateRank, EveryAgentFailsNamingBothHosts) {
+    const DuplicateCase& c = GetParam();
+    Job job;
+    job.nnodes = c.nnodes;
+    std::vector<Node> nodes = c.nodes;
+    for (auto& node : nodes) node.actions = {"print", "1"};
+    auto r = run_nodes(job, nodes);
+    for (std::size_t i = 0; i < r.size(); ++i) {
+        SCOPED_TRACE(fmt::format("agent {} ({})", i, nodes[i].addr));
+        EXPECT_FALSE(r[i].timed_out) << "a duplicate rank must fail fast\n" << describe_all(r);
+        EXPECT_EQ(r[i].exit_code, k_rendezvous_exit) << describe_all(r);
+    }
+    // The two claimants (on 127.0.0.2 and 127.0.0.3) are named, wherever the
+    // message is printed; the agents that claimed it must say it.
+    for (std::size_t i = 0; i < r.size(); ++i) {
+        if (nodes[i].node_rank != c.rank) continue;
+        auto lines = own_lines_with(r[i].err, {"127.0.0.2", "127.0.0.3"});
+        EXPECT_EQ(lines.size(), 1u) << "agent " << i << " must name both hosts in one line\n"
+                                    << describe_all(r);
+    }
+    EXPECT_TRUE(recorded_pids().empty()) << "no worker may start\n" << describe_all(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Claims, MultiNodeDuplicateRank,
+    ::testing::Values(DuplicateCase{"NodeRankOne",
+                                    3,
+                                    {{.node_rank = 0, .addr = "127.0.0.1"},
+                                     {.node_rank = 1, .addr = "127.0.0.2"},
+                                     {.node_rank = 1, .addr = "127.0.0.3"}},
+                                    1},
+                      DuplicateCase{"NodeRankZero",
+                                    2,
+                                    {{.node_rank = 0, .addr = "127.0.0.2"},
+                                     {.node_rank = 0, .addr = "127.0.0.3"}},
+                                    0}),
+    [](const ::testing::TestParamInfo<DuplicateCase>& param_info) {
+        return param_info.param.name;
+    });
+
+struct MismatchCase {
+    std::string name;
+    std::vector<std::string> node0_flags;
+    std::vector<std::string> node0_actions;
+    std::vector<std::string> node1_flags;
+    std::vector<std::string> node1_actions;
+    std::vector<std::string> mentions;  // the field and both values
+};
+
+void PrintTo(const MismatchCase& c, std::ostream* os) {
+    *os << c.name;
+}
+
+class MultiNodeMismatch : public MultiNodeTest,
+                          public ::testing::WithParamInterface<MismatchCase> {};
+
+TEST_P(MultiNodeMismatch, StopsEveryAgentNamingTheFieldValuesAndNodes) {
+    const MismatchCase& c = GetParam();
+    Job job;
+    auto r = run_nodes(job, {{.node_rank = 0,
+                              .addr = "127.0.0.1",
+                              .flags = c.node0_flags,
+                              .actions = c.node0_actions},
+                             {.node_rank = 1,
+                              .addr = "127.0.0.2",
+                              .flags = c.node1_flags,
+                              .actions = c.node1_actions}});
+    for (std::size_t i = 0; i < 2; ++i) {
+        SCOPED_TRACE(fmt::format("node {}", i));
+        EXPECT_FALSE(r[i].timed_out) << describe_all(r);
+        EXPECT_EQ(r[i].exit_code, k_rendezvous_exit) << describe_all(r);
+        std::vector<std::string> needles = c.mentions;
+        needles.insert(needles.end(), {"node 0", "node 1"});
+        EXPECT_EQ(own_lines_with(r[i].err, needles).size(), 1u)
+            << "expected one line naming " << fmt::format("{}", fmt::join(needles, ", ")) << "\n"
+            << describe_all(r);
+    }
+    EXPECT_TRUE(recorded_pids().empty()) << "no worker may start\n" << describe_all(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, MultiNodeMismatch,
+    ::testing::Values(
+        MismatchCase{"Nnodes",
+                     {},
+                     {"print", "1"},
+                     {"--nnodes=3"},
+                     {"print", "1"},
+                     {"nnodes", "2", "3"}},
+        MismatchCase{"ProgramArguments",
+                     {},
+                     {"print", "1"},
+                     {},
+                     {"print", "2"},
+                     {"program", "print 1", "print 2"}},
+        MismatchCase{"MaxRestarts",
+                     {"--max_restarts=1"},
+                     {"print", "1"},
+                     {"--max_restarts=2"},
+                     {"print", "1"},
+                     {"max_restarts", "1", "2"}},
+        MismatchCase{"RunId",
+                     {"--rdzv_id=job-a"},
+                     {"print", "1"},
+                     {"--rdzv_id=job-b"},
+                     {"print", "1"},
+                     {"run id", "job-a", "job-b"}}),
+    [](const ::testing::TestParamInfo<MismatchCase>& param_info) { return param_info.param.name; });
+
+TEST_F(MultiNodeRendezvous, JoinTimeoutNamesTheNodesThatNeverJoined) {
+    Job job;
+    job.nnodes = 3;
+    job.conf["join_timeout"] = "2";
+    auto r = run_nodes(job, {{.node_rank = 0, .addr = "127.0.0.1", .actions = {"print", "1"}},
+                             {.node_rank = 1, .addr = "127.0.0.2", .actions = {"print", "1"}}});
+    for (std::size_t i = 0; i < 2; ++i) {
+        SCOPED_TRACE(fmt::format("node {}", i));
+        EXPECT_FALSE(r[i].timed_out) << describe_all(r);
+        EXPECT_EQ(r[i].exit_code, k_rendezvous_exit) << describe_all(r);
+        auto lines = own_lines_with(r[i].err, {"never joined"});
+        ASSERT_EQ(lines.size(), 1u) << "one line naming the missing nodes\n" << describe_all(r);
+        EXPECT_TRUE(contains(lines[0], "node 2")) << lines[0];
+        EXPECT_FALSE(contains(lines[0], "node 0") || contains(lines[0], "node 1") ||
+                     contains(lines[0], "nodes 0") || contains(lines[0], "nodes 1"))
+            << "only node 2 is missing: " << lines[0];
+    }
+    EXPECT_TRUE(recorded_pids().empty()) << "no worker may start\n" << describe_all(r);
+}
+
+// --- failures -------------------------------------------------------------------
+
+struct FailureCase {
+    std::string name;
+    int failing_rank;                  // of 4: ranks 0-1 on node 0, 2-3 on node 1
+    std::vector<std::string> failure;  // fake_worker actions, in pairs
+    int exit_code;
+    std::string root_cause;  // how the box names the failing worker
+    std::string ending;      // how the box says it ended
+    std::vector<std::string> stderr_tail;
+};
+
+void PrintTo(const FailureCase& c, std::ostream* os) {
+    *os << c.name;
+}
+
+class MultiNodeFailurePropagation : public MultiNodeTest,
+                                    public ::testing::WithParamInterface<FailureCase> {};
+
+TEST_P(MultiNodeFailurePropagation, EveryNodeStopsAndReportsTheRootCause) {
+    const FailureCase& c = GetParam();
+    // A worker stopped only after the 300 s grace would hit the hang guard:
+    // the others must be stopped as soon as the failure is known.
+    Job job;
+    job.flags = {"--shutdown_timeout=300"};
+    auto actions = fail_when_all_ready(m_dir, 4, c.failing_rank, c.failure);
+    auto r = run_nodes(job, {{.node_rank = 0, .addr = "127.0.0.1", .actions = actions},
+                             {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}});
+    const int failing_node = c.failing_rank / 2;
+    for (int node = 0; node < 2; ++node) {
+        SCOPED_TRACE(fmt::format("node {}", node));
+        const auto& result = r[static_cast<std::size_t>(node)];
+        EXPECT_FALSE(result.timed_out) << "the sleeping workers were not stopped promptly\n"
+                                       << describe_all(r);
+        EXPECT_EQ(result.exit_code, c.exit_code) << describe_all(r);
+        std::string box = ddprun_messages(result.err);
+        EXPECT_TRUE(contains(box, "root cause: " + c.root_cause)) << describe_all(r);
+        EXPECT_TRUE(contains(box, c.ending)) << describe_all(r);
+        for (const auto& line : c.stderr_tail) {
+            EXPECT_TRUE(contains(box, "| " + line))
+                << "the root cause's stderr tail belongs in every node's summary: " << line
+                << "\n"
+                << describe_all(r);
+        }
+        if (node != failing_node) {
+            // This node's own workers were stopped, not failed by themselves.
+            for (int rank : {node * 2, node * 2 + 1}) {
+                auto marked = own_lines_with(result.err, {fmt::format("rank {} ", rank), "stopped"});
+                EXPECT_FALSE(marked.empty())
+                    << "rank " << rank << " should be listed as stopped\n"
+                    << describe_all(r);
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Directions, MultiNodeFailurePropagation,
+    ::testing::Values(FailureCase{"FromNode1ToNode0",
+                                  3,
+                                  {"stderr", "3", "exit", "3"},
+                                  3,
+                                  "rank 3 (local_rank 1, node 1, host 127.0.0.2",
+                                  "exit code: 3",
+                                  {"err 0 rank 3", "err 1 rank 3", "err 2 rank 3"}},
+                      FailureCase{"FromNode0ToNode1",
+                                  0,
+                                  {"stderr", "2", "raise", "SIGSEGV"},
+                                  139,
+                                  "rank 0 (local_rank 0, node 0, host 127.0.0.1",
+                                  "SIGSEGV",
+                                  {"err 0 rank 0", "err 1 rank 0"}}),
+    [](const ::testing::TestParamInfo<FailureCase>& param_info) { return param_info.param.name; });
+
+TEST_F(MultiNodeFailures, ErrorFileMessageReachesEveryNode) {
+    const std::string message = "RuntimeError: fake CUDA error on node 1 (from the error file)";
+    Job job;
+    job.flags = {"--shutdown_timeout=300"};
+    auto actions = fail_when_all_ready(m_dir, 4, 2, {"write-error-file", message, "exit", "9"});
+    auto r = run_nodes(job, {{.node_rank = 0, .addr = "127.0.0.1", .actions = actions},
+                             {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}});
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{9, 9})) << describe_all(r);
+    for (const auto& result : r) {
+        EXPECT_TRUE(contains(ddprun_messages(result.err), message)) << describe_all(r);
+    }
+}
+
+// --- signals --------------------------------------------------------------------
+
+struct SignalCase {
+    std::string name;
+    int node;  // which agent gets the signal
+    int signal;
+    std::string signal_name;
+};
+
+void PrintTo(const SignalCase& c, std::ostream* os) {
+    *os << c.name;
+}
+
+class MultiNodeSignalToOneAgent : public MultiNodeTest,
+                                  public ::testing::WithParamInterface<SignalCase> {};
+
+TEST_P(MultiNodeSignalToOneAgent, EveryNodeExitsWith128PlusTheSignal) {
+    const SignalCase& c = GetParam();
+    Job job;
+    job.flags = {"--shutdown_timeout=300"};
+    auto actions = sleepers(m_dir, {"trap-exit", "SIGTERM", "trap-exit", "SIGINT"});
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = actions}));
+    agents.push_back(start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    agents[static_cast<std::size_t>(c.node)]->send_signal(c.signal);
+    auto r = wait_nodes(agents);
+    for (int node = 0; node < 2; ++node) {
+        SCOPED_TRACE(fmt::format("node {}", node));
+        const auto& result = r[static_cast<std::size_t>(node)];
+        EXPECT_FALSE(result.timed_out) << describe_all(r);
+        EXPECT_EQ(result.exit_code, 128 + c.signal) << describe_all(r);
+        // The signalled node passes its signal on; the others stop with SIGTERM.
+        std::string expected = node == c.node ? "got " + c.signal_name : "got SIGTERM";
+        auto out = lines_by_rank(result.out);
+        for (int rank : {node * 2, node * 2 + 1}) {
+            EXPECT_EQ(out[rank], std::vector<std::string>{expected}) << describe_all(r);
+        }
+        if (node != c.node) {
+            // Why it stopped: the other agent and the signal are named.
+            EXPECT_FALSE(
+                own_lines_with(result.err, {fmt::format("node {}", c.node), c.signal_name}).empty())
+                << describe_all(r);
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Signals, MultiNodeSignalToOneAgent,
+    ::testing::Values(SignalCase{"SigtermToNode1", 1, SIGTERM, "SIGTERM"},
+                      SignalCase{"SigintToNode0", 0, SIGINT, "SIGINT"}),
+    [](const ::testing::TestParamInfo<SignalCase>& param_info) { return param_info.param.name; });
+
+// --- liveness -------------------------------------------------------------------
+
+// Which process of a node the test kills: the ddprun the user started, or the
+// agent process under it (as the OOM killer would pick it).
+enum class Target { Ddprun, Agent };
+
+struct KillCase {
+    std::string name;
+    int node;
+    Target target;
+    std::vector<std::string> survivor_mentions;  // in the survivor's own lines
+};
+
+void PrintTo(const KillCase& c, std::ostream* os) {
+    *os << c.name;
+}
+
+// The agent: the one process ddprun's top process supervises.
+pid_t agent_of(const DdprunProcess& ddprun) {
+    auto children = children_of(ddprun.pid());
+    return children.size() == 1 ? children[0] : -1;
+}
+
+class MultiNodeKilledNode : public MultiNodeTest,
+                            public ::testing::WithParamInterface<KillCase> {};
+
+TEST_P(MultiNodeKilledNode, TheOtherNodeStopsWithTheRendezvousCode) {
+    const KillCase& c = GetParam();
+    Job job;
+    job.conf["heartbeat_timeout"] = "2";
+    job.flags = {"--shutdown_timeout=300"};
+    job.guard = 25s;  // the heartbeat timeout is 2 s: this is an order of magnitude more
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(
+        start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = sleepers(m_dir)}));
+    agents.push_back(
+        start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = sleepers(m_dir)}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    auto& victim = *agents[static_cast<std::size_t>(c.node)];
+    pid_t target = c.target == Target::Ddprun ? victim.pid() : agent_of(victim);
+    ASSERT_GT(target, 0) << "no agent process under ddprun " << victim.pid();
+    ::kill(target, SIGKILL);
+    // Nothing the killed node could not clean up itself may survive it for long.
+    expect_orphans_to_clean_up();
+    auto r = wait_nodes(agents);
+    const auto& killed = r[static_cast<std::size_t>(c.node)];
+    const auto& survivor = r[static_cast<std::size_t>(1 - c.node)];
+    EXPECT_FALSE(killed.timed_out) << describe_all(r);
+    EXPECT_EQ(killed.exit_code, 128 + SIGKILL) << describe_all(r);
+    EXPECT_FALSE(survivor.timed_out) << "the lost node was not noticed in time\n"
+                                     << describe_all(r);
+    EXPECT_EQ(survivor.exit_code, k_rendezvous_exit) << describe_all(r);
+    EXPECT_FALSE(own_lines_with(survivor.err, c.survivor_mentions).empty())
+        << "the survivor must say what was lost: "
+        << fmt::format("{}", fmt::join(c.survivor_mentions, ", ")) << "\n"
+        << describe_all(r);
+    auto live = wait_job_gone(k_orphan_grace);
+    EXPECT_TRUE(live.empty()) << "survivors of the job:\n" << describe(live);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Victims, MultiNodeKilledNode,
+    ::testing::Values(KillCase{"Node1Ddprun", 1, Target::Ddprun, {"node 1"}},
+                      KillCase{"Node1Agent", 1, Target::Agent, {"node 1"}},
+                      KillCase{"StoreHostDdprun", 0, Target::Ddprun, {"store"}},
+                      KillCase{"StoreHostAgent", 0, Target::Agent, {"store"}}),
+    [](const ::testing::TestParamInfo<KillCase>& param_info) { return param_info.param.name; });
+
+TEST_F(MultiNodeLiveness, FrozenNodeIsDetectedAndStopsOnceThawed) {
+    Job job;
+    job.conf["heartbeat_timeout"] = "2";
+    job.flags = {"--shutdown_timeout=300"};
+    job.guard = 25s;
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(
+        start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = sleepers(m_dir)}));
+    // The frozen node gets more time: it only starts to stop once thawed.
+    Job frozen_job = job;
+    frozen_job.guard = 50s;
+    agents.push_back(start_node(frozen_job, {.node_rank = 1,
+                                             .addr = "127.0.0.2",
+                                             .actions = sleepers(m_dir)}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    auto& frozen = *agents[1];
+    pid_t agent = agent_of(frozen);
+    ASSERT_GT(agent, 0) << "no agent process under ddprun " << frozen.pid();
+    // Node 1's ddprun stops answering; its workers keep running.
+    ::kill(agent, SIGSTOP);
+    ::kill(frozen.pid(), SIGSTOP);
+
+    bool detected = agents[0]->wait_exit_for(k_node_guard);
+    // Thawed whatever happened, so the test never leaves a stopped process.
+    ::kill(frozen.pid(), SIGCONT);
+    ::kill(agent, SIGCONT);
+    auto r = wait_nodes(agents);
+    EXPECT_TRUE(detected && !r[0].timed_out) << "node 0 did not notice the frozen node\n"
+                                             << describe_all(r);
+    EXPECT_EQ(r[0].exit_code, k_rendezvous_exit) << describe_all(r);
+    EXPECT_FALSE(own_lines_with(r[0].err, {"node 1"}).empty()) << describe_all(r);
+    EXPECT_FALSE(r[1].timed_out) << "the thawed node did not stop\n" << describe_all(r);
+    EXPECT_EQ(r[1].exit_code, k_rendezvous_exit) << describe_all(r);
+}
+
+// --- restarts -------------------------------------------------------------------
+
+TEST_F(MultiNodeRestarts, FailureRestartsEveryNodeInTheNextRound) {
+    // Round 0: every worker reports ready, then rank 2 (node 1) fails and the
+    // others sleep until stopped. Round 1: everyone succeeds.
+    std::vector<std::string> actions = {"env", "ready", path("r{restart}.{rank}")};
+    for (int rank : {0, 1, 3}) {
+        actions.insert(actions.end(), {"if-restart", "0", "if-rank", "2", "wait-file",
+                                       path(fmt::format("r0.{}", rank))});
+    }
+    actions.insert(actions.end(),
+                   {"if-restart", "0", "if-rank", "2", "exit", "1", "if-restart", "0", "sleep",
+                    "300"});
+    Job job;
+    job.flags = {"--max_restarts=2"};
+    auto r = run_nodes(job, {{.node_rank = 0, .addr = "127.0.0.1", .actions = actions},
+                             {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}});
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+
+    std::map<int, std::set<std::string>> ports_by_round;
+    for (int node = 0; node < 2; ++node) {
+        auto by_rank = lines_by_rank(r[static_cast<std::size_t>(node)].out);
+        for (int rank : {node * 2, node * 2 + 1}) {
+            SCOPED_TRACE(fmt::format("node {} rank {}", node, rank));
+            auto blocks = env_blocks(by_rank[rank]);
+            ASSERT_EQ(blocks.size(), 2u) << "the first round and exactly one restart\n"
+                                         << describe_all(r);
+            for (int round = 0; round < 2; ++round) {
+                auto& e = blocks[static_cast<std::size_t>(round)];
+                EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], std::to_string(round));
+                EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "2");
+                EXPECT_EQ(e["RANK"], std::to_string(rank));
+                ports_by_round[round].insert(e["MASTER_PORT"]);
+            }
+        }
+    }
+    ASSERT_EQ(ports_by_round[0].size(), 1u) << "one MASTER_PORT per round";
+    ASSERT_EQ(ports_by_round[1].size(), 1u) << "one MASTER_PORT per round";
+    EXPECT_NE(*ports_by_round[0].begin(), *ports_by_round[1].begin())
+        << "each round gets a fresh MASTER_PORT";
+}
+
+TEST_F(MultiNodeRestarts, ExhaustedRestartsFailEveryNodeWithTheLastFailure) {
+    std::vector<std::string> actions = {"env", "if-rank", "3", "exit", "5", "sleep", "300"};
+    Job job;
+    job.flags = {"--max_restarts=1", "--shutdown_timeout=300"};
+    auto r = run_nodes(job, {{.node_rank = 0, .addr = "127.0.0.1", .actions = actions},
+                             {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}});
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{5, 5})) << describe_all(r);
+    for (const auto& result : r) {
+        EXPECT_TRUE(contains(ddprun_messages(result.err),
+                             "root cause: rank 3 (local_rank 1, node 1, host 127.0.0.2"))
+            << describe_all(r);
+    }
+    // Node 1's failing rank ran once per round: the first run and one restart.
+    EXPECT_EQ(count_occurrences(r[1].out, "[3]: TORCHELASTIC_RESTART_COUNT="), 2u)
+        << describe_all(r);
+}
+
+// --- exit barrier ---------------------------------------------------------------
+
+TEST_F(MultiNodeBarrier, FasterNodeWaitsUntilTheOthersFinish) {
+    std::string go = path("go");
+    Job job;
+    // Node 0's workers finish at once; node 1's wait for the test.
+    bool node1_done_at_node0_exit = false;
+    RunOptions node0_options;
+    node0_options.after_exit = [&] {
+        node1_done_at_node0_exit = std::filesystem::exists(path("done.2")) &&
+                                   std::filesystem::exists(path("done.3"));
+    };
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(
+        job, {.node_rank = 0, .addr = "127.0.0.1", .actions = {"ready", path("done.{rank}")}},
+        node0_options));
+    agents.push_back(start_node(job, {.node_rank = 1,
+                                      .addr = "127.0.0.2",
+                                      .actions = {"wait-file", go, "ready", path("done.{rank}")}}));
+    ASSERT_TRUE(wait_workers_gone({0, 1}, 30s)) << "node 0's workers did not finish\n"
+                                                << stderr_of(agents);
+    // Node 0 is in the exit barrier now: it must still be there a while later
+    // (a node that leaves early takes the store, or MASTER_ADDR, with it).
+    EXPECT_FALSE(agents[0]->wait_exit_for(2s))
+        << "node 0 exited while node 1's workers were still running";
+    write_text_file(go, "");
+    auto r = wait_nodes(agents);
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    EXPECT_TRUE(node1_done_at_node0_exit) << "node 0 exited before node 1's workers finished\n"
+                                          << describe_all(r);
+}
+
+TEST_F(MultiNodeBarrier, FailureDuringTheBarrierFailsEveryNode) {
+    std::string go = path("go");
+    Job job;
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(
+        start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = {"print", "1"}}));
+    agents.push_back(start_node(
+        job, {.node_rank = 1,
+              .addr = "127.0.0.2",
+              .actions = {"ready", path("ready.{rank}"), "wait-file", go, "if-rank", "3",
+                          "stderr", "2", "if-rank", "3", "exit", "7"}}));
+    ASSERT_TRUE(wait_workers_gone({0, 1}, 30s)) << "node 0's workers did not finish\n"
+                                                << stderr_of(agents);
+    ASSERT_TRUE(wait_for_file(path("ready.2"), 30s)) << stderr_of(agents);
+    ASSERT_TRUE(wait_for_file(path("ready.3"), 30s)) << stderr_of(agents);
+    write_text_file(go, "");
+    auto r = wait_nodes(agents);
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{7, 7})) << describe_all(r);
+    for (const auto& result : r) {
+        std::string box = ddprun_messages(result.err);
+        EXPECT_TRUE(contains(box, "root cause: rank 3 (local_rank 1, node 1, host 127.0.0.2"))
+            << describe_all(r);
+        EXPECT_TRUE(contains(box, "exit code: 7")) << describe_all(r);
+        EXPECT_TRUE(contains(box, "| err 1 rank 3")) << describe_all(r);
+    }
+}
+
+TEST_F(MultiNodeBarrier, BarrierTimeoutStopsEveryNode) {
+    Job job;
+    job.conf["exit_barrier_timeout"] = "1";
+    job.flags = {"--shutdown_timeout=300"};
+    auto r = run_nodes(job, {{.node_rank = 0, .addr = "127.0.0.1", .actions = {"print", "1"}},
+                             {.node_rank = 1, .addr = "127.0.0.2", .actions = sleepers(m_dir)}});
+    for (std::size_t node = 0; node < 2; ++node) {
+        SCOPED_TRACE(fmt::format("node {}", node));
+        EXPECT_FALSE(r[node].timed_out) << describe_all(r);
+        EXPECT_EQ(r[node].exit_code, k_rendezvous_exit) << describe_all(r);
+        EXPECT_FALSE(own_lines_with(r[node].err, {"exit_barrier_timeout"}).empty())
+            << describe_all(r);
+    }
+}
+
+// --- Python ---------------------------------------------------------------------
+
+bool python_has_torch() {
+    std::string command = k_python + " -c 'import torch' >/dev/null 2>&1";
+    return std::system(command.c_str()) == 0;
+}
+
+TEST_F(MultiNodePython, DdpTrainAcrossTwoAgents) {
+    std::string example = k_examples_dir + "/ddp_train.py";
+    if (!std::filesystem::exists(example)) GTEST_SKIP() << example << " does not exist";
+    if (!python_has_torch()) GTEST_SKIP() << k_python << " cannot import torch";
+    RunOptions options;
+    options.env = {{"PYTHON_EXEC", k_python}};
+    Job job;
+    job.guard = 100s;  // four torch imports on a shared 2-core machine
+    auto r = run_nodes(job,
+                       {{.node_rank = 0, .addr = "127.0.0.1", .program = {example}},
+                        {.node_rank = 1, .addr = "127.0.0.2", .program = {example}}},
+                       options);
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    EXPECT_TRUE(contains(r[0].out, "[0]: ddp_train: world_size=4 ")) << describe_all(r);
+}
+
+}  // namespace
+}  // namespace ddprun_it

@@ -328,6 +328,20 @@ TEST_F(SingleNodeProgram, ShellScriptRunsDirectly) {
     EXPECT_EQ(lines_of(by_rank, 1), std::vector<std::string>{"hello from 1 of 2: one two"});
 }
 
+// A single-node job never needs the rendezvous store, so the agent (the
+// worker's parent) must not have loaded libtorch: ~0.4 s and ~160 MB saved.
+TEST_F(SingleNodeProgram, AgentDoesNotLoadLibtorch) {
+    std::string script = path("maps.sh");
+    write_text_file(script,
+                    "#!/bin/sh\n"
+                    "grep -q '' /proc/$PPID/maps || { echo UNREADABLE; exit 1; }\n"
+                    "if grep -q libtorch /proc/$PPID/maps; then echo LOADED; else echo CLEAN; fi\n",
+                    0755);
+    auto r = run({"--nproc_per_node=1", script});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(lines_of(lines_by_rank(r.out), 0), std::vector<std::string>{"CLEAN"}) << r.describe();
+}
+
 TEST_F(SingleNodeProgram, MissingProgramExits127) {
     for (std::string program : {path("no/such/program"), std::string("ddprun-no-such-program")}) {
         SCOPED_TRACE(program);
