@@ -467,12 +467,15 @@ std::expected<RoundInfo, int> Agent::Impl::join_round() {
         lost.exit_code = exit_code::kRendezvous;
         on_round_stop(std::move(lost));
     });
-    if (round == 0)
-        spdlog::info("node {} of {}: ranks {}-{} of {}; MASTER_ADDR={} MASTER_PORT={}", node_rank,
-                     config.nnodes, rank_offset(info.nproc_per_node, node_rank),
-                     rank_offset(info.nproc_per_node, node_rank) + ctx.nproc - 1,
-                     rank_offset(info.nproc_per_node, config.nnodes), info.master_addr,
-                     info.master_port);
+    if (round == 0) {
+        const int first = rank_offset(info.nproc_per_node, node_rank);
+        const int last = first + info.nproc_per_node.at(static_cast<std::size_t>(node_rank)) - 1;
+        spdlog::info(
+            "node {} of {}: {} of world_size {}; MASTER_ADDR={} MASTER_PORT={}", node_rank,
+            config.nnodes,
+            first == last ? fmt::format("rank {}", first) : fmt::format("ranks {}-{}", first, last),
+            rank_offset(info.nproc_per_node, config.nnodes), info.master_addr, info.master_port);
+    }
     return info;
 }
 

@@ -429,6 +429,53 @@ TEST_F(SingleNodeOutput, LogDirHoldsTheFullUnprefixedOutputOfEveryRank) {
     EXPECT_EQ(lines_by_rank(r.out).count(0), 0u) << r.describe();
 }
 
+// torchrun's -r/--redirects: the chosen streams go to the log files only;
+// per local rank with "LR:N,...".
+TEST_F(SingleNodeOutput, RedirectsSendStreamsToFilesOnly) {
+    std::string log_dir = path("logs");
+    auto r = run(job({"--nproc_per_node=2", "--log_dir", log_dir, "--rdzv_id=r", "-r", "0:1,1:3"},
+                     {"print", "1", "stderr", "1"}));
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    // Rank 0: stdout redirected, stderr still on the console. Rank 1: both redirected.
+    EXPECT_EQ(lines_of(lines_by_rank(r.out), 0), std::vector<std::string>{}) << r.describe();
+    EXPECT_EQ(lines_of(lines_by_rank(r.err), 0), std::vector<std::string>{"err 0 rank 0"})
+        << r.describe();
+    EXPECT_EQ(lines_by_rank(r.out).count(1) + lines_by_rank(r.err).count(1), 0u) << r.describe();
+    for (int rank = 0; rank < 2; ++rank) {
+        std::string dir = fmt::format("{}/r/attempt_0/{}", log_dir, rank);
+        EXPECT_EQ(read_text_file(dir + "/stdout.log"), fmt::format("line 0 rank {}\n", rank));
+        EXPECT_EQ(read_text_file(dir + "/stderr.log"), fmt::format("err 0 rank {}\n", rank));
+    }
+}
+
+// torchrun's -t/--tee: the console and the files both get the streams.
+TEST_F(SingleNodeOutput, TeeWritesConsoleAndFiles) {
+    std::string log_dir = path("logs");
+    auto r = run(job({"--nproc_per_node=1", "--log_dir", log_dir, "--rdzv_id=t", "-t", "3"},
+                     {"print", "1"}));
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(lines_of(lines_by_rank(r.out), 0), std::vector<std::string>{"line 0 rank 0"});
+    EXPECT_EQ(read_text_file(log_dir + "/t/attempt_0/0/stdout.log"), "line 0 rank 0\n");
+}
+
+// Without --log_dir, redirected output goes to a temporary directory that
+// ddprun names (as torchrun does) and keeps.
+TEST_F(SingleNodeOutput, RedirectsWithoutLogDirUseANamedTemporaryDirectory) {
+    std::string tmp = path("tmp");
+    std::filesystem::create_directories(tmp);
+    RunOptions options;
+    options.env = {{"TMPDIR", tmp}};
+    auto r = run(job({"--nproc_per_node=1", "-r", "3"}, {"print", "1"}), options);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(lines_by_rank(r.out).count(0), 0u) << r.describe();
+    std::string named;
+    for (const auto& entry : std::filesystem::directory_iterator(tmp))
+        if (entry.path().filename().string().starts_with("ddprun_logs_")) named = entry.path();
+    ASSERT_FALSE(named.empty()) << r.describe();
+    EXPECT_TRUE(contains(r.err, named)) << "the directory must be named\n" << r.describe();
+    EXPECT_EQ(read_text_file(named + "/none/attempt_0/0/stdout.log"), "line 0 rank 0\n");
+}
+
 TEST_F(SingleNodeOutput, PartialLineShowsUpWhileTheWorkerRuns) {
     std::string go = path("go");
     auto ddprun = start(job({"--nproc_per_node=1"}, {"partial", "progress 42%", "wait-file", go}));
