@@ -5,8 +5,10 @@
 // names the flag (or variable), the value and a fix, never as a parser dump.
 // The work is in three steps: scan() finds where ddprun's options end (the
 // program and everything after it are never looked at, let alone changed),
-// CLI11 parses those options, and the rest resolves environment defaults and
-// validates every value. Pure: the environment comes in as a map.
+// CLI11 parses those options, and the rest resolves environment defaults
+// (DDPRUN_<NAME>, PET_<NAME>, then what a scheduler's variables say, see
+// scheduler_env.hpp) and validates every value. Pure: the environment comes in
+// as a map.
 
 #include "ddprun/cli.hpp"
 
@@ -25,6 +27,7 @@
 #include <utility>
 
 #include "ddprun/log_mux.hpp"
+#include "ddprun/scheduler_env.hpp"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "unknown"
@@ -753,6 +756,79 @@ std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
     return config;
 }
 
+// Fills what the user left open from the scheduler's environment (Slurm,
+// mpirun, Kubeflow): flag > DDPRUN_<NAME> > PET_<NAME> > scheduler > default.
+// A detected value goes through the same parsers and checks as a flag, under
+// the name of the variable it came from, so a bad one reads e.g.
+// "SLURM_NODEID=3: must be less than the number of nodes (2)". `detected`
+// gets each filled option's source for the log and --dry-run.
+std::expected<LaunchDefaults, UsageError> add_scheduler_values(
+    Settings& settings, const Environment& env, std::map<std::string_view, std::string>& detected) {
+    GivenValues given;
+    for (const auto& [name, setting] : settings)
+        given.emplace(std::string(name), setting.bare_flag ? std::string("1") : setting.value);
+    auto defaults = detect_launch_environment(env, given);
+    if (!defaults) return std::unexpected(defaults.error());
+    const std::pair<std::string_view, const std::optional<DetectedValue>*> values[] = {
+        {"nnodes", &defaults->nnodes},
+        {"node_rank", &defaults->node_rank},
+        {"nproc_per_node", &defaults->nproc_per_node},
+        {"master_addr", &defaults->master_addr},
+        {"master_port", &defaults->master_port},
+    };
+    for (const auto& [name, value] : values) {
+        if (!*value || settings.contains(name)) continue;
+        settings.emplace(name, Setting{(*value)->variable, (*value)->value, false});
+        detected.emplace(name, (*value)->source);
+    }
+    return defaults;
+}
+
+std::string nproc_text(const NprocSpec& spec) {
+    switch (spec.kind) {
+        case NprocKind::Gpu:
+            return "gpu";
+        case NprocKind::Cpu:
+            return "cpu";
+        case NprocKind::Auto:
+            return "auto";
+        case NprocKind::Count:
+            break;
+    }
+    return std::to_string(spec.count);
+}
+
+// "value (source)" for the values that place this node in the job.
+std::vector<std::pair<std::string, std::string>> describe_sources(
+    const LaunchConfig& config, const Settings& settings,
+    const std::map<std::string_view, std::string>& detected) {
+    auto source = [&](std::string_view name) -> std::string {
+        if (auto it = detected.find(name); it != detected.end()) return it->second;
+        if (auto it = settings.find(name); it != settings.end())
+            return it->second.label.starts_with('-') ? "flag " + it->second.label
+                                                     : it->second.label;
+        return "default";
+    };
+    // --standalone overrides the node count and the master address.
+    auto shaped = [&](std::string_view name) {
+        return config.standalone && !settings.contains(name) ? source("standalone") : source(name);
+    };
+    auto entry = [](std::string_view name, const std::string& value, const std::string& from) {
+        return std::pair{std::string(name), fmt::format("{} ({})", value, from)};
+    };
+    int port = config.master_port.value_or(0);
+    return {
+        entry("nnodes", std::to_string(config.nnodes), shaped("nnodes")),
+        entry("node_rank",
+              config.node_rank ? std::to_string(*config.node_rank) : "assigned at rendezvous",
+              source("node_rank")),
+        entry("nproc_per_node", nproc_text(config.nproc_per_node), source("nproc_per_node")),
+        entry("master_addr", config.master_addr,
+              config.standalone ? source("standalone") : source("master_addr")),
+        entry("master_port", port == 0 ? "free port" : std::to_string(port), source("master_port")),
+    };
+}
+
 std::string help_text() {
     std::string text =
         "usage: ddprun [options] PROGRAM [ARGS...]\n"
@@ -780,7 +856,10 @@ std::string help_text() {
     text +=
         "\nA flag not given is read from DDPRUN_<NAME>, then PET_<NAME> (e.g. PET_NNODES=2),\n"
         "then takes the default in [brackets]. LOGLEVEL=DEBUG|INFO|WARNING|ERROR|CRITICAL\n"
-        "sets the verbosity when neither -v nor -q is given.\n";
+        "sets the verbosity when neither -v nor -q is given.\n"
+        "\nUnder a scheduler, started once per node (srun --ntasks-per-node=1, mpirun -N 1, a\n"
+        "Kubeflow PyTorchJob), the values not given come from its environment: nnodes, node_rank,\n"
+        "master address and port, and under Slurm the step's GPUs. --dry-run shows each source.\n";
     return text;
 }
 
@@ -905,8 +984,14 @@ std::expected<CommandLine, UsageError> parse_command_line(const std::vector<std:
     }
     if (scanned.error) return std::unexpected(*scanned.error);
 
-    auto config = build_config(gather_settings(parsed, scanned, env), parsed, args, scanned, env);
+    Settings settings = gather_settings(parsed, scanned, env);
+    std::map<std::string_view, std::string> detected;
+    auto defaults = add_scheduler_values(settings, env, detected);
+    if (!defaults) return std::unexpected(defaults.error());
+    auto config = build_config(settings, parsed, args, scanned, env);
     if (!config) return std::unexpected(config.error());
+    config->scheduler = defaults->scheduler;
+    config->value_sources = describe_sources(*config, settings, detected);
     command_line.config = std::move(*config);
     return command_line;
 }

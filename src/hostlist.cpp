@@ -49,7 +49,8 @@ std::expected<Range, std::string> parse_range(std::string_view item, std::size_t
     auto first = to_number(low);
     auto last = to_number(high);
     if (!first || !last)
-        return Failure(fmt::format("'{}' {} is not a number or a range like 01-04", item, at(offset)));
+        return Failure(
+            fmt::format("'{}' {} is not a number or a range like 01-04", item, at(offset)));
     if (*last < *first)
         return Failure(fmt::format("range '{}' {} goes backwards", item, at(offset)));
     return Range{*first, *last, low.size()};

@@ -16,6 +16,7 @@
 #include "ddprun/logging.hpp"
 #include "ddprun/program.hpp"
 #include "ddprun/rank_plan.hpp"
+#include "ddprun/scheduler_env.hpp"
 #include "ddprun/supervisor.hpp"
 
 extern char** environ;
@@ -61,6 +62,7 @@ int dry_run(const LaunchConfig& config, const NodeResources& resources, int npro
     std::string master =
         config.master_addr + ":" +
         (round.master_port ? std::to_string(round.master_port) : std::string("<free port>"));
+    std::printf("ddprun: %s\n", describe_value_sources(config).c_str());
     std::fputs(format_plan(config, all, master).c_str(), stdout);
     return exit_code::kSuccess;
 }
@@ -78,6 +80,13 @@ int main(int argc, char** argv) {
     }
     const LaunchConfig& config = command_line->config;
     setup_logging(config.verbosity);
+    // Where the job's shape came from (flag, DDPRUN_/PET_, scheduler, default).
+    if (!config.dry_run) {
+        if (!config.scheduler.empty() || config.nnodes > 1)
+            spdlog::info("{}", describe_value_sources(config));
+        else
+            spdlog::debug("{}", describe_value_sources(config));
+    }
 
     AgentContext ctx;
     ctx.config = config;

@@ -72,8 +72,11 @@ bool is_hermetic_blocked(std::string_view name) {
         "PYTHONPATH",
         "FAKE_WORKER_PIDFILE",
     };
+    // A scheduler's variables would make ddprun take its job shape from them.
     return k_exact.contains(name) || name.starts_with("DDPRUN_") || name.starts_with("PET_") ||
-           name.starts_with("TORCHELASTIC_");
+           name.starts_with("TORCHELASTIC_") || name.starts_with("SLURM_") ||
+           name.starts_with("OMPI_") || name.starts_with("PMI_") || name.starts_with("PMIX_") ||
+           name == "MPI_LOCALNRANKS";
 }
 
 // /proc files of a process that may vanish while being read: plain read(2),

@@ -408,9 +408,10 @@ TEST(CliHelp, HelpAndVersion) {
         EXPECT_EQ(parsed->action, CommandLine::Action::PrintHelp);
     }
     auto help = parse_command_line({"--help"}, {})->text;
-    for (std::string word : {"--nproc_per_node", "--nnodes", "--rdzv_endpoint", "-m, --module",
-                             "-r, --redirects", "--dry-run", "--log-prefix", "--all-devices",
-                             "PET_<NAME>", "DDPRUN_<NAME>", "LOGLEVEL"}) {
+    for (std::string word :
+         {"--nproc_per_node", "--nnodes", "--rdzv_endpoint", "-m, --module", "-r, --redirects",
+          "--dry-run", "--log-prefix", "--all-devices", "PET_<NAME>", "DDPRUN_<NAME>", "LOGLEVEL",
+          "srun --ntasks-per-node=1", "mpirun -N 1", "Kubeflow"}) {
         EXPECT_NE(help.find(word), std::string::npos) << word;
     }
     std::size_t start = 0;
@@ -636,6 +637,200 @@ TEST(CliEnvironment, FromEnvp) {
     Environment env = environment_from(envp.data());
     EXPECT_EQ(env, (Environment{{"A", "1"}, {"B", "x=y"}, {"EMPTY", ""}}));
     EXPECT_TRUE(environment_from(nullptr).empty());
+}
+
+using Sources = std::vector<std::pair<std::string, std::string>>;
+
+// `srun -N2 --ntasks-per-node=1 --gres=gpu:4 ddprun ./train` on the second node.
+Environment slurm_env() {
+    return {
+        {"SLURM_JOB_ID", "12345"},
+        {"SLURM_STEP_ID", "0"},
+        {"SLURM_NODEID", "1"},
+        {"SLURM_PROCID", "1"},
+        {"SLURM_LOCALID", "0"},
+        {"SLURM_NNODES", "2"},
+        {"SLURM_STEP_NUM_NODES", "2"},
+        {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+        {"SLURM_JOB_NODELIST", "gpu[07-08]"},
+        {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+        {"SLURM_GPUS_ON_NODE", "4"},
+        {"CUDA_VISIBLE_DEVICES", "0,1,2,3"},
+    };
+}
+
+Environment with(Environment env, const Environment& set,
+                 const std::vector<std::string>& unset = {}) {
+    for (const auto& [name, value] : set) env[name] = value;
+    for (const std::string& name : unset) env.erase(name);
+    return env;
+}
+
+TEST(CliScheduler, SlurmFillsWhatTheUserLeftOpen) {
+    LaunchConfig c = parse_ok({"./train"}, slurm_env());
+    EXPECT_EQ(c.scheduler, "slurm");
+    EXPECT_EQ(c.nnodes, 2);
+    EXPECT_EQ(c.node_rank, 1);
+    EXPECT_EQ(c.nproc_per_node.kind, NprocKind::Gpu);
+    EXPECT_EQ(c.master_addr, "gpu07");
+    EXPECT_EQ(c.master_port, 20000 + 12345 % 9000);
+    EXPECT_EQ(c.value_sources,
+              (Sources{{"nnodes", "2 (SLURM_STEP_NUM_NODES)"},
+                       {"node_rank", "1 (SLURM_NODEID)"},
+                       {"nproc_per_node", "gpu (CUDA_VISIBLE_DEVICES of the Slurm step)"},
+                       {"master_addr", "gpu07 (first host of SLURM_STEP_NODELIST)"},
+                       {"master_port", "23345 (derived from SLURM_JOB_ID=12345)"}}));
+    // Without a device list, the count Slurm gave.
+    c = parse_ok({"./train"}, with(slurm_env(), {}, {"CUDA_VISIBLE_DEVICES"}));
+    EXPECT_EQ(c.nproc_per_node.kind, NprocKind::Count);
+    EXPECT_EQ(c.nproc_per_node.count, 4);
+    EXPECT_EQ(c.value_sources[2].second, "4 (SLURM_GPUS_ON_NODE)");
+    // A one-node step keeps loopback and a free port.
+    c = parse_ok({"./train"},
+                 with(slurm_env(), {{"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_NODEID", "0"}}));
+    EXPECT_EQ(c.nnodes, 1);
+    EXPECT_EQ(c.master_addr, "127.0.0.1");
+    EXPECT_FALSE(c.master_port.has_value());
+}
+
+TEST(CliScheduler, FlagThenDdprunThenPetThenScheduler) {
+    LaunchConfig c = parse_ok({"--nnodes=4", "--node-rank", "3", "--nproc=2",
+                               "--master_addr=10.0.0.1", "--master_port=29500", "./t"},
+                              slurm_env());
+    EXPECT_EQ(c.scheduler, "slurm");
+    EXPECT_EQ(c.nnodes, 4);
+    EXPECT_EQ(c.node_rank, 3);
+    EXPECT_EQ(c.nproc_per_node.count, 2);
+    EXPECT_EQ(c.master_addr, "10.0.0.1");
+    EXPECT_EQ(c.master_port, 29500);
+    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "4 (flag --nnodes)"},
+                                        {"node_rank", "3 (flag --node-rank)"},
+                                        {"nproc_per_node", "2 (flag --nproc)"},
+                                        {"master_addr", "10.0.0.1 (flag --master_addr)"},
+                                        {"master_port", "29500 (flag --master_port)"}}));
+
+    Environment env = with(slurm_env(), {{"DDPRUN_MASTER_ADDR", "ddp-host"},
+                                         {"PET_MASTER_ADDR", "pet-host"},
+                                         {"PET_MASTER_PORT", "29501"},
+                                         {"PET_NPROC_PER_NODE", "3"}});
+    c = parse_ok({"--nnodes=2", "./t"}, env);
+    EXPECT_EQ(c.master_addr, "ddp-host");
+    EXPECT_EQ(c.master_port, 29501);
+    EXPECT_EQ(c.nproc_per_node.count, 3);
+    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "2 (flag --nnodes)"},
+                                        {"node_rank", "1 (SLURM_NODEID)"},
+                                        {"nproc_per_node", "3 (PET_NPROC_PER_NODE)"},
+                                        {"master_addr", "ddp-host (DDPRUN_MASTER_ADDR)"},
+                                        {"master_port", "29501 (PET_MASTER_PORT)"}}));
+}
+
+TEST(CliScheduler, NoSchedulerReportsWhereEachValueCameFrom) {
+    LaunchConfig c = parse_ok({"./t"});
+    EXPECT_EQ(c.scheduler, "");
+    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "1 (default)"},
+                                        {"node_rank", "0 (default)"},
+                                        {"nproc_per_node", "1 (default)"},
+                                        {"master_addr", "127.0.0.1 (default)"},
+                                        {"master_port", "free port (default)"}}));
+    c = parse_ok({"--nnodes=2", "--nproc_per_node=gpu", "--master_port=0", "./t"},
+                 {{"PET_MASTER_ADDR", "node-a"}});
+    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "2 (flag --nnodes)"},
+                                        {"node_rank", "assigned at rendezvous (default)"},
+                                        {"nproc_per_node", "gpu (flag --nproc_per_node)"},
+                                        {"master_addr", "node-a (PET_MASTER_ADDR)"},
+                                        {"master_port", "free port (flag --master_port)"}}));
+    c = parse_ok({"--standalone", "--master_addr=10.1.1.1", "./t"}, slurm_env());
+    EXPECT_EQ(c.value_sources,
+              (Sources{{"nnodes", "1 (flag --standalone)"},
+                       {"node_rank", "0 (default)"},
+                       {"nproc_per_node", "gpu (CUDA_VISIBLE_DEVICES of the Slurm step)"},
+                       {"master_addr", "127.0.0.1 (flag --standalone)"},
+                       {"master_port", "free port (default)"}}));
+}
+
+TEST(CliScheduler, DetectedValuesAreCheckedLikeFlags) {
+    expect_rejected({
+        // The user's --nnodes wins, and this node's Slurm rank does not fit it.
+        {{"--nnodes=1", "./t"},
+         slurm_env(),
+         {"SLURM_NODEID=1", "less than the number of nodes (1)"}},
+        {{"./t"},
+         with(slurm_env(), {{"SLURM_NODEID", "2"}}),
+         {"SLURM_NODEID=2", "less than the number of nodes (2)"}},
+        {{"./t"},
+         with(slurm_env(), {{"SLURM_GPUS_ON_NODE", "99999"}}, {"CUDA_VISIBLE_DEVICES"}),
+         {"SLURM_GPUS_ON_NODE=99999", "at most"}},
+        {{"./t"},
+         with(slurm_env(), {{"SLURM_STEP_NUM_NODES", "100000"}}),
+         {"SLURM_STEP_NUM_NODES=100000", "at most"}},
+        // Refusals reach the user as one line too.
+        {{"./t"},
+         with(slurm_env(), {{"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}}),
+         {"SLURM_STEP_TASKS_PER_NODE=4(x2)", "srun --ntasks-per-node=1"}},
+        {{"./t"},
+         with(slurm_env(), {{"SLURM_STEP_NODELIST", "gpu[07-"}}),
+         {"SLURM_STEP_NODELIST=gpu[07-", "unclosed"}},
+        {{"./t"},
+         {{"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"}},
+         {"OMPI_COMM_WORLD_SIZE=2", "--master_addr"}},
+    });
+    // The user's values hide a scheduler variable they override.
+    EXPECT_EQ(
+        parse_ok({"--nproc_per_node=8", "./t"}, with(slurm_env(), {{"SLURM_GPUS_ON_NODE", "lots"}}))
+            .nproc_per_node.count,
+        8);
+}
+
+TEST(CliScheduler, KubeflowPyTorchJob) {
+    // training-operator v1: PET_ variables plus a plain MASTER_ADDR/MASTER_PORT;
+    // RANK is the pod's rank and WORLD_SIZE counts processes.
+    Environment pod = {{"PET_NNODES", "2"},      {"PET_NPROC_PER_NODE", "4"},
+                       {"PET_NODE_RANK", "1"},   {"MASTER_ADDR", "job-master-0"},
+                       {"MASTER_PORT", "23456"}, {"RANK", "1"},
+                       {"WORLD_SIZE", "8"},      {"PYTHONUNBUFFERED", "0"}};
+    LaunchConfig c = parse_ok({"train.py"}, pod);
+    EXPECT_EQ(c.scheduler, "kubeflow");
+    EXPECT_EQ(c.nnodes, 2);
+    EXPECT_EQ(c.node_rank, 1);
+    EXPECT_EQ(c.nproc_per_node.count, 4);
+    EXPECT_EQ(c.master_addr, "job-master-0");
+    EXPECT_EQ(c.master_port, 23456);
+    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "2 (PET_NNODES)"},
+                                        {"node_rank", "1 (PET_NODE_RANK)"},
+                                        {"nproc_per_node", "4 (PET_NPROC_PER_NODE)"},
+                                        {"master_addr", "job-master-0 (MASTER_ADDR (Kubeflow))"},
+                                        {"master_port", "23456 (MASTER_PORT (Kubeflow))"}}));
+    // Older operators set no PET_NODE_RANK: the pod's RANK is the node rank.
+    c = parse_ok({"train.py"}, with(pod, {}, {"PET_NODE_RANK"}));
+    EXPECT_EQ(c.node_rank, 1);
+    EXPECT_EQ(c.value_sources[1].second, "1 (RANK (Kubeflow: the pod's rank))");
+    expect_rejected({
+        {{"train.py"},
+         with(pod, {{"RANK", "5"}}, {"PET_NODE_RANK"}),
+         {"RANK=5", "less than the number of nodes (2)"}},
+        {{"train.py"}, with(pod, {{"MASTER_PORT", "99999"}}), {"MASTER_PORT=99999", "0-65535"}},
+    });
+    // A plain MASTER_ADDR without the operator's PET_NNODES is not read.
+    c = parse_ok({"--nnodes=2", "./t"}, {{"MASTER_ADDR", "x"}, {"RANK", "1"}});
+    EXPECT_EQ(c.master_addr, "127.0.0.1");
+    EXPECT_FALSE(c.node_rank.has_value());
+}
+
+TEST(CliScheduler, MpirunOnePerNode) {
+    Environment rank = {{"OMPI_COMM_WORLD_SIZE", "4"},
+                        {"OMPI_COMM_WORLD_RANK", "2"},
+                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+                        {"MASTER_ADDR", "n0"}};
+    LaunchConfig c = parse_ok({"--nproc_per_node=8", "./t"}, rank);
+    EXPECT_EQ(c.scheduler, "mpi");
+    EXPECT_EQ(c.nnodes, 4);
+    EXPECT_EQ(c.node_rank, 2);
+    EXPECT_EQ(c.master_addr, "n0");
+    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "4 (OMPI_COMM_WORLD_SIZE)"},
+                                        {"node_rank", "2 (OMPI_COMM_WORLD_RANK)"},
+                                        {"nproc_per_node", "8 (flag --nproc_per_node)"},
+                                        {"master_addr", "n0 (MASTER_ADDR)"},
+                                        {"master_port", "free port (default)"}}));
 }
 
 }  // namespace
