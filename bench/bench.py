@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """The ddprun benchmark: launch overhead, log throughput and memory, each next
-to the physical limit measured in the same run.
+to the physical limit measured in the same run; then, for jobs that span
+nodes (agents on loopback), failure propagation, a real training job and the
+memory of a multi-node agent.
 
 Why it exists: ddprun's claims ("instant", "carries logs at pipe speed",
 "tiny") are only meaningful against a baseline on the same machine at the same
@@ -9,12 +11,14 @@ plain shell loop that starts the same processes, `cat` of the same bytes, and
 torchrun when it is installed. Timing claims live here, never in unit tests.
 
 Run it through bench/run.sh (see bench/README.md); it only needs Python's
-standard library and GNU time (/usr/bin/time).
+standard library and GNU time (/usr/bin/time), plus libtorch (ddprun's store
+plugin, build/examples/train) and a C compiler for the multi-node sections.
 """
 
 import argparse
 import os
 import platform
+import selectors
 import shutil
 import signal
 import socket
@@ -44,6 +48,14 @@ def parse_args():
     parser.add_argument(
         "--torchrun", default="auto", choices=["auto", "off"], help="'auto': measure torchrun if installed"
     )
+    parser.add_argument(
+        "--multinode",
+        default="auto",
+        choices=["auto", "off"],
+        help="'auto': the 2-agent sections (d)-(f) when ddprun has its store plugin",
+    )
+    parser.add_argument("--job-reps", type=int, default=5, help="runs per 2-agent row (default 5)")
+    parser.add_argument("--train", help="the C++ example (default: examples/train beside ddprun)")
     return parser.parse_args()
 
 
@@ -242,6 +254,28 @@ def shell_loop(nproc, program_argv):
     )
 
 
+def shell_loop_nodes(nnodes, nproc, program_argv):
+    """shell_loop for `nnodes` nodes of `nproc` workers, all on this host: the
+    environment each worker of a multi-node job gets, set by hand. Exits 1 if
+    any worker failed (a bare `wait` would not say), so a broken job never
+    counts as a fast one."""
+    port = free_port()
+    program = " ".join(program_argv)
+    world = nnodes * nproc
+    return (
+        f"pids=; for node in $(seq 0 {nnodes - 1}); do for i in $(seq 0 {nproc - 1}); do "
+        f"rank=$((node * {nproc} + i)); "
+        f"RANK=$rank LOCAL_RANK=$i WORLD_SIZE={world} LOCAL_WORLD_SIZE={nproc} "
+        f"GROUP_RANK=$node NODE_RANK=$node GROUP_WORLD_SIZE={nnodes} NNODES={nnodes} "
+        f"ROLE_NAME=default ROLE_RANK=$rank ROLE_WORLD_SIZE={world} "
+        f"MASTER_ADDR=127.0.0.1 MASTER_PORT={port} "
+        f"TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=none "
+        f"OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+        f'{program} & pids="$pids $!"; done; done; '
+        f"rc=0; for pid in $pids; do wait $pid || rc=1; done; exit $rc"
+    )
+
+
 def torchrun_argv(nproc, program_argv):
     return [
         "/usr/bin/python3",
@@ -422,6 +456,395 @@ def bench_memory(args, use_torchrun, log_path, lines_per_worker):
         raise BenchError("ddprun lost or duplicated output")
 
 
+# ---------------------------------------------------------------------------
+# Jobs that span nodes: two agents on loopback (127.0.0.1 and 127.0.0.2 both
+# reach this host), as DESIGN.md describes.
+
+# Compiled by the benchmark into its temporary directory. A C program, so that
+# neither the memory row nor the failure timestamp carries Python's own cost.
+HELPER_SOURCE = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char** argv) {
+    /* helper dlopen LIB: load LIB as ddprun loads its store plugin, exit. */
+    if (argc == 3 && strcmp(argv[1], "dlopen") == 0) {
+        if (dlopen(argv[2], RTLD_NOW | RTLD_LOCAL) == NULL) {
+            fprintf(stderr, "helper: %s\n", dlerror());
+            return 1;
+        }
+        return 0;
+    }
+    /* helper fail RANK SECONDS FILE: the worker whose $RANK is RANK sleeps
+       SECONDS, writes CLOCK_MONOTONIC to FILE and exits 1; the others wait
+       for the launcher to stop them. */
+    if (argc == 5 && strcmp(argv[1], "fail") == 0) {
+        const char* rank = getenv("RANK");
+        if (rank == NULL || strcmp(rank, argv[2]) != 0) {
+            for (;;) pause();
+        }
+        double seconds = atof(argv[3]);
+        struct timespec delay = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+        nanosleep(&delay, NULL);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        FILE* stamp = fopen(argv[4], "w");
+        if (stamp == NULL) {
+            perror(argv[4]);
+            _exit(3);
+        }
+        fprintf(stamp, "%ld.%09ld\n", (long)now.tv_sec, now.tv_nsec);
+        fclose(stamp);
+        _exit(1);
+    }
+    fprintf(stderr, "usage: helper dlopen LIB | helper fail RANK SECONDS FILE\n");
+    return 2;
+}
+"""
+
+NNODES = 2
+FAIL_AFTER_S = 1.0  # the failing worker's life: long enough for both nodes' workers to be running
+TORCHRUN_FAILURE_WAIT_S = 5.0  # how long torchrun gets to stop the other node after the failure
+
+
+def compile_helper(directory):
+    """The helper program built with cc in `directory`, or None without a C
+    compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        return None
+    source = os.path.join(directory, "helper.c")
+    binary = os.path.join(directory, "helper")
+    with open(source, "w") as out:
+        out.write(HELPER_SOURCE)
+    build = subprocess.run([compiler, "-O2", "-o", binary, source, "-ldl"], capture_output=True, text=True)
+    if build.returncode != 0:
+        raise BenchError(f"{compiler} could not build the helper: {build.stderr.strip()[-300:]}")
+    return binary
+
+
+def run_together(argvs, env=None, limit_s=COMMAND_TIMEOUT_S, give_up=None):
+    """Starts the commands at once, like the agents of one job, each in its own
+    session, and waits for all of them. Returns (exits, tails): per command
+    (exit time, exit code) and the tail of its stderr. Exit times are
+    time.monotonic() seconds, taken when a pidfd says the process exited, so
+    they do not depend on the order in which the harness waits. A command
+    still running after `limit_s` raises BenchError, unless `give_up()`
+    (asked every 50 ms) said to stop waiting: then it is killed and its exit
+    is None."""
+    stderrs = [tempfile.TemporaryFile() for _ in argvs]
+    procs = []
+    exits = [None] * len(argvs)
+    selector = selectors.DefaultSelector()
+    try:
+        deadline = time.monotonic() + limit_s
+        for index, (argv, stderr) in enumerate(zip(argvs, stderrs)):
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env, start_new_session=True
+            )
+            procs.append(proc)
+            selector.register(os.pidfd_open(proc.pid), selectors.EVENT_READ, index)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchError(f"still running after {limit_s:.0f} s: `{' '.join(argvs[0])}` ...")
+            if give_up is not None:
+                if give_up():
+                    break
+                remaining = min(remaining, 0.05)
+            for key, _ in selector.select(remaining):
+                exited_at = time.monotonic()
+                selector.unregister(key.fileobj)
+                os.close(key.fileobj)
+                exits[key.data] = (exited_at, procs[key.data].wait())
+    finally:
+        for proc in procs:
+            # Also whatever a finished command left behind in its session.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        for key in list(selector.get_map().values()):
+            os.close(key.fileobj)
+        selector.close()
+        tails = []
+        for stderr in stderrs:
+            stderr.seek(0)
+            tails.append(" | ".join(stderr.read().decode(errors="replace").strip().splitlines()[-5:]))
+            stderr.close()
+    return exits, tails
+
+
+def require_success(argvs, exits, tails):
+    for argv, done, tail in zip(argvs, exits, tails):
+        if done is None or done[1] != 0:
+            code = "did not finish" if done is None else f"exited {done[1]}"
+            raise BenchError(f"`{' '.join(argv)}` {code}: {tail}")
+
+
+def ddprun_nodes_argv(args, nproc, program_argv):
+    """One ddprun command per node of a static NNODES-node job on loopback."""
+    port = free_port()
+    common = [
+        args.ddprun,
+        f"--nnodes={NNODES}",
+        f"--nproc_per_node={nproc}",
+        f"--rdzv_endpoint=127.0.0.1:{port}",
+        "--rdzv_id=bench",
+    ]
+    return [
+        common + [f"--node_rank={node}", f"--local_addr=127.0.0.{node + 1}"] + program_argv
+        for node in range(NNODES)
+    ]
+
+
+def torchrun_nodes_argv(nproc, program_argv):
+    """The same job under torchrun's static rendezvous: node 0's agent hosts the
+    store at --master_addr:--master_port."""
+    port = free_port()
+    no_python = [] if program_argv[0].endswith(".py") else ["--no_python"]
+    return [
+        [
+            "/usr/bin/python3",
+            os.path.join(HERE, "torchrun_compat.py"),
+            f"--nnodes={NNODES}",
+            f"--nproc_per_node={nproc}",
+            f"--node_rank={node}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            "--monitor_interval=0.1",
+        ]
+        + no_python
+        + program_argv
+        for node in range(NNODES)
+    ]
+
+
+def ddprun_env():
+    # Debian's torch is under /usr/bin/python3, which may not be the python3 on PATH.
+    return dict(os.environ, PYTHON_EXEC="/usr/bin/python3")
+
+
+def bench_failure(args, use_torchrun, helper, scratch):
+    """(d): how long a job outlives its first failure, across nodes."""
+    stamp = os.path.join(scratch, "failed-at")
+    failing_rank = 2  # node 1's first worker
+    program = [helper, "fail", str(failing_rank), str(FAIL_AFTER_S), stamp]
+
+    def failed_at():
+        try:
+            with open(stamp) as text:
+                return float(text.read())
+        except (OSError, ValueError):  # not yet, or half written
+            return None
+
+    def one_run(argvs, give_up=None):
+        if os.path.exists(stamp):
+            os.remove(stamp)
+        exits, tails = run_together(argvs, give_up=give_up)
+        if failed_at() is None:
+            raise BenchError(f"rank {failing_rank} never failed: {' / '.join(tails)}")
+        return failed_at(), exits, tails
+
+    def ms(seconds):
+        return f"{seconds * 1e3:.0f}"
+
+    samples = []  # per run: [node 0 agent, node 1 agent] seconds after the failure
+    codes = set()
+    for _ in range(args.job_reps):
+        argvs = ddprun_nodes_argv(args, 2, program)
+        failure, exits, tails = one_run(argvs)
+        for argv, (_, code), tail in zip(argvs, exits, tails):
+            if code == 0:
+                raise BenchError(f"`{' '.join(argv)}` exited 0 although rank {failing_rank} failed: {tail}")
+            codes.add(code)
+        samples.append([exited_at - failure for exited_at, _ in exits])
+    every = [max(run) for run in samples]
+    rows = [
+        [
+            "ddprun",
+            str(len(samples)),
+            ms(statistics.median(run[1] for run in samples)),
+            ms(statistics.median(run[0] for run in samples)),
+            ms(statistics.median(every)),
+            ms(min(every)),
+            ms(max(every)),
+            ",".join(str(code) for code in sorted(codes)),
+        ]
+    ]
+
+    if use_torchrun:
+        # Once, and given up on after a while: with torchrun's static
+        # rendezvous node 0's agent is never told.
+        def waited_long_enough():
+            failure = failed_at()
+            return failure is not None and time.monotonic() > failure + TORCHRUN_FAILURE_WAIT_S
+
+        failure, exits, _ = one_run(torchrun_nodes_argv(2, program), give_up=waited_long_enough)
+        cells = ["still running" if done is None else ms(done[0] - failure) for done in (exits[1], exits[0])]
+        every_cell = "never" if None in exits else ms(max(done[0] for done in exits) - failure)
+        torchrun_codes = ",".join("-" if done is None else str(done[1]) for done in exits)
+        torchrun_row = ["torchrun (--monitor_interval=0.1)", "1"] + cells
+        rows.append(torchrun_row + [every_cell, "-", "-", torchrun_codes])
+
+    header = ["launcher", "runs", "node 1 agent", "node 0 agent", "every agent (median)", "min", "max"]
+    print_table(
+        f"(d) failure propagation: {NNODES} agents x 2 workers on loopback; rank {failing_rank} (node 1) "
+        f"exits 1 after {FAIL_AFTER_S:.0f} s, the others sleep. ms from its exit to each agent's exit "
+        f"('still running': killed {TORCHRUN_FAILURE_WAIT_S:.0f} s after the failure)",
+        header + ["exit codes"],
+        rows,
+    )
+
+
+def bench_jobs(args, use_torchrun, have_python_torch):
+    """(e): a real 2x2 training job: launcher vs the same processes by hand."""
+    train = args.train or os.path.join(os.path.dirname(args.ddprun), "examples", "train")
+    if not os.access(train, os.X_OK):
+        print(f"\n(e) note: {train} not found; build the `train` target for the C++ rows")
+        train = None
+    ddp_train = os.path.normpath(os.path.join(HERE, "..", "examples", "ddp_train.py"))
+    jobs = []  # (title, {launcher: () -> argvs})
+    # The launchers' own share: rendezvous and start, no training.
+    true_argv = [shutil.which("true") or "/usr/bin/true"]
+    tools = {
+        "by hand (limit)": lambda: [["bash", "-c", shell_loop_nodes(NNODES, 2, true_argv)]],
+        "ddprun": lambda: ddprun_nodes_argv(args, 2, true_argv),
+    }
+    if use_torchrun:
+        tools["torchrun"] = lambda: torchrun_nodes_argv(2, true_argv)
+    jobs.append(("`true` (the launch alone)", tools))
+    if train is not None:
+        train_argv = [train, "--steps", "20"]
+        tools = {
+            "by hand (limit)": lambda: [["bash", "-c", shell_loop_nodes(NNODES, 2, train_argv)]],
+            "ddprun": lambda: ddprun_nodes_argv(args, 2, train_argv),
+        }
+        if use_torchrun:
+            tools["torchrun"] = lambda: torchrun_nodes_argv(2, train_argv)
+        jobs.append((f"{os.path.relpath(train)} --steps 20 (C++, libtorch, gloo)", tools))
+    if have_python_torch:
+        python_argv = [ddp_train, "--steps", "5"]
+        tools = {
+            "by hand (limit)": lambda: [
+                ["bash", "-c", shell_loop_nodes(NNODES, 2, ["/usr/bin/python3", "-u"] + python_argv)]
+            ],
+            "ddprun": lambda: ddprun_nodes_argv(args, 2, python_argv),
+        }
+        if use_torchrun:
+            tools["torchrun"] = lambda: torchrun_nodes_argv(2, python_argv)
+        jobs.append(("examples/ddp_train.py --steps 5 (Python, torch, gloo)", tools))
+    env = ddprun_env()
+    rows = []
+    for title, tools in jobs:
+        times = {name: [] for name in tools}
+        for _ in range(args.job_reps):  # interleaved, so drift hits every launcher alike
+            for name, make_argvs in tools.items():
+                argvs = make_argvs()
+                start = time.monotonic()
+                exits, tails = run_together(argvs, env=env)
+                require_success(argvs, exits, tails)
+                times[name].append(max(exited_at for exited_at, _ in exits) - start)
+        baseline = statistics.median(times["by hand (limit)"])
+        for name, samples in times.items():
+            median = statistics.median(samples)
+            is_limit = name.startswith("by hand")
+            rows.append(
+                [
+                    title if is_limit else "",
+                    name,
+                    f"{median:.2f}",
+                    f"{min(samples):.2f}",
+                    f"{max(samples):.2f}",
+                    "-" if is_limit else f"{(median - baseline) * 1e3:+.0f}",
+                    f"{median / baseline:.2f}x",
+                ]
+            )
+    print_table(
+        f"(e) a real job, {NNODES} nodes x 2 workers on loopback, started together, until every process "
+        f"exited; median of {args.job_reps}. By hand: the 4 processes with the worker environment set by "
+        f"a shell loop",
+        ["job", "launcher", "median s", "min s", "max s", "overhead ms", "vs by hand"],
+        rows,
+    )
+
+
+def max_rss_kib(report_path):
+    with open(report_path) as report:
+        for line in report:
+            if "Maximum resident set size" in line:
+                return int(line.rsplit(":", 1)[1])
+    raise BenchError(f"{GNU_TIME} -v printed no 'Maximum resident set size'")
+
+
+def together_peak_rss_kib(argvs, scratch, env=None):
+    """Peak RSS (GNU time) of each command, all run at once."""
+    reports = [os.path.join(scratch, f"rss-{index}.time") for index in range(len(argvs))]
+    timed = [[GNU_TIME, "-v", "-o", report] + argv for report, argv in zip(reports, argvs)]
+    exits, tails = run_together(timed, env=env)
+    require_success(timed, exits, tails)
+    return [max_rss_kib(report) for report in reports]
+
+
+def bench_node_memory(args, use_torchrun, helper, scratch):
+    """(f): what the store costs a multi-node agent, next to what loading
+    libtorch costs any process."""
+    true_argv = [shutil.which("true") or "/usr/bin/true"]
+    plugin = os.path.join(os.path.dirname(args.ddprun), "libddprun_store.so")
+
+    def peak(make_argvs):
+        # The larger of two runs, as in (c): the first may find cold pages.
+        runs = [together_peak_rss_kib(make_argvs(), scratch) for _ in range(2)]
+        return [max(values) for values in zip(*runs)]
+
+    single = peak(lambda: [[args.ddprun] + true_argv])[0]
+    rows_kib = [("ddprun, 1 node, 1 worker of `true` (no store)", single)]
+    node0, node1 = peak(lambda: ddprun_nodes_argv(args, 1, true_argv))
+    rows_kib.append((f"ddprun agent, node 0 of a {NNODES}x1 `true` job (hosts the store)", node0))
+    rows_kib.append((f"ddprun agent, node 1 of a {NNODES}x1 `true` job", node1))
+    if use_torchrun:
+        node0, node1 = peak(lambda: torchrun_nodes_argv(1, true_argv))
+        rows_kib.append((f"torchrun agent, node 0 of a {NNODES}x1 `true` job", node0))
+        rows_kib.append((f"torchrun agent, node 1 of a {NNODES}x1 `true` job", node1))
+    if helper is not None:
+        for label, library in (
+            ("C program that only dlopens libddprun_store.so", plugin),
+            ("C program that only dlopens libtorch_cpu.so", "libtorch_cpu.so"),
+        ):
+            rows_kib.append((label, peak(lambda: [[helper, "dlopen", library]])[0]))
+    else:
+        print("\n(f) no C compiler (cc): the dlopen rows are skipped")
+
+    base = rows_kib[-1][1] if helper is not None else None
+    print_table(
+        "(f) peak RSS of a multi-node agent (GNU time -v, each agent of the job measured on its own)",
+        ["run", "MiB", "vs libtorch_cpu dlopen" if base else ""],
+        [[label, f"{kib / 1024:.1f}", f"{kib / base:.2f}x" if base else ""] for label, kib in rows_kib],
+    )
+
+
+def bench_multinode(args, use_torchrun, scratch):
+    """(d), (e), (f), when this ddprun can run multi-node jobs."""
+    plugin = os.path.join(os.path.dirname(args.ddprun), "libddprun_store.so")
+    if args.multinode == "off":
+        return
+    if not os.path.exists(plugin):
+        print(f"\n(d)-(f) multi-node: skipped: no {plugin} (ddprun was built without libtorch)")
+        return
+    helper = compile_helper(scratch)
+    if helper is None:
+        print("\n(d) skipped: no C compiler (cc) for the failing worker")
+    else:
+        bench_failure(args, use_torchrun, helper, scratch)
+    bench_jobs(args, use_torchrun, torch_version() != "?")
+    bench_node_memory(args, use_torchrun, helper, scratch)
+
+
 def torch_version():
     probe = subprocess.run(
         ["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
@@ -448,6 +871,7 @@ def main():
         log_path, lines = make_log_file(scratch, args.log_mb)
         bench_logs(args, log_path)
         bench_memory(args, use_torchrun, log_path, lines)
+        bench_multinode(args, use_torchrun, scratch)
     print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
 
 

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Runs the ddprun benchmark and prints one table per question: how much does
 # launching cost next to a plain shell loop (and torchrun), how fast are logs
-# carried next to `cat`, and how much memory does the launcher take. See
-# bench/README.md for what each row means. Bounded to a few minutes.
+# carried next to `cat`, and how much memory does the launcher take; then,
+# with two agents on loopback, how fast a failure on one node stops the
+# other, what a real 2x2 training job costs next to the same processes
+# started by hand, and what a multi-node agent takes in memory next to a
+# process that only loads libtorch. See bench/README.md for what each row
+# means. Bounded to 15 minutes; about 5 on 2 cores.
 #
-#   bash bench/run.sh                      # uses build/ddprun, builds it if missing
+#   bash bench/run.sh                      # uses build/, builds what is missing
 #   DDPRUN=/path/to/ddprun bash bench/run.sh --reps 50 --nproc 16
 #   bash bench/run.sh --torchrun off       # skip torchrun even if installed
+#   bash bench/run.sh --multinode off      # skip the 2-agent sections (d)-(f)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,6 +21,16 @@ if [[ -z "${DDPRUN:-}" && ! -x "$ddprun" ]]; then
   echo "bench: $ddprun not found; building it" >&2
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build --target ddprun -j"${JOBS:-$(nproc)}" >/dev/null
+fi
+# The multi-node sections need the store plugin beside ddprun and the C++
+# example; both exist only where libtorch is installed, so a build without
+# them skips those sections instead of failing.
+if [[ -z "${DDPRUN:-}" && ( ! -e build/libddprun_store.so || ! -x build/examples/train ) ]] \
+    && [[ " $* " != *" --multinode off "* && " $* " != *" --multinode=off "* ]]; then
+  echo "bench: building the store plugin and examples/train (multi-node sections)" >&2
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build --target ddprun_store train -j"${JOBS:-$(nproc)}" >/dev/null \
+    || echo "bench: could not build them (no libtorch?); the multi-node sections will be skipped" >&2
 fi
 if [[ ! -x /usr/bin/time ]]; then
   echo "bench: /usr/bin/time (GNU time) is missing; run scripts/install-deps.sh" >&2
@@ -29,4 +44,4 @@ python=/usr/bin/python3
 
 # The harness cleans up its own temporary files and process trees; this
 # bounds the whole run even if something hangs in a way it did not foresee.
-exec timeout --kill-after=10 600 "$python" bench/bench.py --ddprun "$(realpath "$ddprun")" "$@"
+exec timeout --kill-after=10 900 "$python" bench/bench.py --ddprun "$(realpath "$ddprun")" "$@"

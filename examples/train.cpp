@@ -189,18 +189,27 @@ void wait_for_server(const std::string& host, std::uint16_t port,
 }
 
 // env:// as torch.distributed does it: rank 0 hosts the store at
-// MASTER_ADDR:MASTER_PORT, the other ranks connect to it (retrying until the
-// timeout, so start order does not matter).
+// MASTER_ADDR:MASTER_PORT and the other ranks connect to it, except under
+// torchrun, whose agent on node 0 hosts the store for every rank
+// (TORCHELASTIC_USE_AGENT_STORE=True).
 c10::intrusive_ptr<c10d::Store> connect_store(const Env& env, std::chrono::milliseconds timeout) {
+    const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+    bool use_agent_store = agent_store != nullptr && std::string_view(agent_store) == "True";
     c10d::TCPStoreOptions store_options;
     store_options.port = env.master_port;
-    store_options.isServer = env.rank == 0;
+    store_options.isServer = env.rank == 0 && !use_agent_store;
     store_options.waitWorkers = false;  // the process group's own rendezvous waits for everyone
     store_options.timeout = timeout;
-    if (env.rank != 0) wait_for_server(env.master_addr, env.master_port, timeout);
-    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-    // The same namespace torch.distributed gives its default group, so keys
-    // of a later group on the same store cannot collide with these.
+    if (!store_options.isServer) wait_for_server(env.master_addr, env.master_port, timeout);
+    c10::intrusive_ptr<c10d::Store> store =
+        c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    // The namespaces torch.distributed uses, so that keys of other users of
+    // the same store (torchrun's agents, a later group) cannot collide.
+    if (use_agent_store) {
+        const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+        store = c10::make_intrusive<c10d::PrefixStore>(
+            std::string("/worker/attempt_") + (attempt != nullptr ? attempt : "0"), store);
+    }
     return c10::make_intrusive<c10d::PrefixStore>("default_pg", store);
 }
 

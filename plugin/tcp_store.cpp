@@ -16,6 +16,9 @@
 //    it returns;
 //  - add() on a value that is not a number makes the server drop the connection;
 //  - it logs through glog to stderr, between ddprun's own one-line messages.
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <ddprun/store.hpp>
 
 #include <c10/util/Exception.h>
@@ -26,11 +29,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 
 namespace {
@@ -237,9 +242,37 @@ class TcpStore final : public ddprun::Store {
         m_port = m_server->getPort();
     }
 
+    // Returns once something accepts TCP connections at m_host:m_port, or at `deadline`.
+    void wait_until_listening(std::chrono::steady_clock::time_point deadline) const {
+        addrinfo hints{};
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* found = nullptr;
+        if (::getaddrinfo(m_host.c_str(), std::to_string(m_port).c_str(), &hints, &found) != 0)
+            return;  // c10d reports the bad host
+        for (;;) {
+            for (addrinfo* ai = found; ai; ai = ai->ai_next) {
+                int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+                if (fd < 0) continue;
+                bool up = ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+                ::close(fd);
+                if (up) {
+                    ::freeaddrinfo(found);
+                    return;
+                }
+            }
+            if (std::chrono::steady_clock::now() >= deadline) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        ::freeaddrinfo(found);
+    }
+
     // The live connection, opened if the last one failed. Needs m_mutex.
     c10d::TCPStore& connected() {
         if (m_client) return *m_client;
+        // c10d's client sleeps a whole second after a refused connect; an agent that starts
+        // a moment before the store's host would lose that second. Probing the port every
+        // 10 ms first costs nothing when the host is up.
+        wait_until_listening(std::chrono::steady_clock::now() + connect_timeout(m_timeout));
         try {
             m_client =
                 std::make_unique<c10d::TCPStore>(m_host, tcp_options(m_port, false, m_timeout));
