@@ -527,7 +527,8 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     const std::string log_root = ctx.log_dir.empty() ? ctx.scratch_dir : ctx.log_dir;
     const std::string error_dir = fmt::format("{}/{}/attempt_{}", log_root, config.rdzv_id, round);
     workers.clear();
-    for (auto& spec : plan_node(config, ctx.resources, round_info, ctx.env, error_dir)) {
+    for (auto& spec :
+         plan_node(config, ctx.resources, round_info, ctx.env, error_dir, ctx.bindings)) {
         Worker w;
         w.spec = std::move(spec);
         w.outcome.rank = w.spec.rank;

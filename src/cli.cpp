@@ -105,6 +105,8 @@ constexpr OptionSpec k_options[] = {
      "streams to files and the console [0]"},
     {"local_ranks_filter", 0, "LR,...", EnvDefault::Torchrun, k_torchrun,
      "show only these local ranks on the console [all]"},
+    {"numa-binding", 0, "node|socket|exclusive", EnvDefault::Torchrun, k_torchrun,
+     "pin each worker to the CPUs near its GPU [none]"},
     {"run_path", 0, "", EnvDefault::Torchrun, k_torchrun,
      "not supported: run the program directly"},
     // torch.distributed.launch's switch to environment variables, which is all
@@ -114,6 +116,8 @@ constexpr OptionSpec k_options[] = {
      "print the whole job's rank plan, start nothing"},
     {"all-devices", 0, "", EnvDefault::Ddprun, k_ddprun,
      "every worker sees every device (torchrun's way)"},
+    {"cpu-binding", 0, "", EnvDefault::Ddprun, k_ddprun,
+     "pin workers to equal shares of the allowed CPUs"},
     {"log-prefix", 0, "TEMPLATE", EnvDefault::Ddprun, k_ddprun,
      "{rank} {local_rank} {node_rank} {role}; '' none [\"[{rank}]: \"]"},
     {"verbose", 'v', "", EnvDefault::None, k_ddprun, "more output (-vv: even more)"},
@@ -577,6 +581,20 @@ Parsed<std::string> parse_start_method(const Setting& s) {
         s.error("unknown start method (use spawn, fork or forkserver)", "spawn"));
 }
 
+// torchrun's --numa-binding modes, but core-complex (L3 groups), which
+// needs cache topology ddprun does not read.
+Parsed<NumaBinding> parse_numa_binding(const Setting& s) {
+    std::string word = lower(trim(s.value));
+    if (word == "node") return NumaBinding::Node;
+    if (word == "socket") return NumaBinding::Socket;
+    if (word == "exclusive") return NumaBinding::Exclusive;
+    if (word == "none") return NumaBinding::None;
+    if (word == "core-complex" || word == "core_complex")
+        return std::unexpected(
+            s.error("core-complex is not supported (use node, socket or exclusive)", "node"));
+    return std::unexpected(s.error("unknown mode (use node, socket or exclusive)", "node"));
+}
+
 Parsed<std::string> parse_log_prefix(const Setting& s) {
     std::string problem = validate_prefix_template(s.value);
     if (!problem.empty()) return std::unexpected(s.error(problem, "'[{rank}]: '"));
@@ -724,6 +742,12 @@ std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
     b.set("virtual_local_rank", config.virtual_local_rank, parse_switch);
     b.set("use_env", use_env, parse_switch);
     b.set("all-devices", config.all_devices, parse_switch);
+    b.set("numa-binding", config.numa_binding, parse_numa_binding);
+    b.set("cpu-binding", config.cpu_binding, parse_switch);
+    if (config.cpu_binding && config.numa_binding != NumaBinding::None)
+        b.fail(b.find("cpu-binding")
+                   ->error_hint(fmt::format("conflicts with {}", b.find("numa-binding")->shown()),
+                                "numa binding already pins each worker near its GPU; drop one"));
     b.set("dry-run", config.dry_run, parse_switch);
 
     b.set("log_dir", config.log_dir, [](const Setting& s) { return Parsed<std::string>(s.value); });
@@ -859,7 +883,9 @@ std::string help_text() {
         "sets the verbosity when neither -v nor -q is given.\n"
         "\nUnder a scheduler, started once per node (srun --ntasks-per-node=1, mpirun -N 1, a\n"
         "Kubeflow PyTorchJob), the values not given come from its environment: nnodes, node_rank,\n"
-        "master address and port, and under Slurm the step's GPUs. --dry-run shows each source.\n";
+        "master address and port, and under Slurm the step's GPUs. --dry-run shows each source.\n"
+        "\nWith --numa-binding or --cpu-binding, each worker's OMP_NUM_THREADS defaults to the\n"
+        "number of CPUs it is given; --dry-run shows them.\n";
     return text;
 }
 

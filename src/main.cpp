@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddprun/agent.hpp"
+#include "ddprun/binding.hpp"
 #include "ddprun/cli.hpp"
 #include "ddprun/devices.hpp"
 #include "ddprun/exit_codes.hpp"
@@ -48,7 +49,7 @@ std::string make_temp_dir(const Environment& env, const char* stem) {
 }
 
 int dry_run(const LaunchConfig& config, const NodeResources& resources, int nproc,
-            const Environment& env) {
+            const Environment& env, const std::vector<BindingPlan>& bindings) {
     std::vector<WorkerSpec> all;
     RoundInfo round;
     round.nproc_per_node.assign(static_cast<std::size_t>(config.nnodes), nproc);
@@ -56,7 +57,7 @@ int dry_run(const LaunchConfig& config, const NodeResources& resources, int npro
     round.master_port = config.master_port.value_or(0);
     for (int node = 0; node < config.nnodes; ++node) {
         round.node_rank = node;
-        auto specs = plan_node(config, resources, round, env, "");
+        auto specs = plan_node(config, resources, round, env, "", bindings);
         all.insert(all.end(), specs.begin(), specs.end());
     }
     std::string master =
@@ -91,15 +92,21 @@ int main(int argc, char** argv) {
     AgentContext ctx;
     ctx.config = config;
     ctx.env = env;
-    ctx.resources = node_resources(env);
+    DeviceSources sources;
+    // Binding needs each device's PCI bus id, which may cost an NVML start-up.
+    sources.locate_inherited = config.numa_binding != NumaBinding::None;
+    ctx.resources = node_resources(env, sources);
     ctx.host = config.local_addr.empty() ? host_name() : config.local_addr;
     if (ctx.resources.devices.empty())
         spdlog::debug("no GPU found and no CUDA_VISIBLE_DEVICES: leaving it unset for workers");
     auto nproc = resolve_nproc(config.nproc_per_node, ctx.resources);
     if (!nproc) return usage_error(nproc.error().message);
     ctx.nproc = *nproc;
+    auto bindings = plan_node_binding(config, ctx.resources, ctx.nproc);
+    if (!bindings) return usage_error(bindings.error());
+    ctx.bindings = std::move(*bindings);
 
-    if (config.dry_run) return dry_run(config, ctx.resources, ctx.nproc, env);
+    if (config.dry_run) return dry_run(config, ctx.resources, ctx.nproc, env, ctx.bindings);
 
     auto command = worker_command(config, env);
     auto executable = resolve_command(command, config, env);

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/topology.hpp"
+
 #include <algorithm>
 #include <numeric>
 
@@ -78,7 +80,8 @@ int rank_offset(const std::vector<int>& nproc_per_node, int node_rank) {
 
 std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResources& resources,
                                   const RoundInfo& round, const Environment& inherited,
-                                  const std::string& error_file_dir) {
+                                  const std::string& error_file_dir,
+                                  const std::vector<BindingPlan>& bindings) {
     const int nnodes = static_cast<int>(round.nproc_per_node.size());
     const int local_world_size = round.nproc_per_node.at(static_cast<std::size_t>(round.node_rank));
     const int world_size =
@@ -101,6 +104,7 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         w.world_size = world_size;
         w.local_world_size = local_world_size;
         w.argv = argv;
+        if (local < std::ssize(bindings)) w.binding = bindings[static_cast<std::size_t>(local)];
         if (!resources.devices.empty()) {
             w.sets_devices = true;
             std::size_t index = static_cast<std::size_t>(local) % resources.devices.size();
@@ -131,7 +135,12 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         if (!error_file_dir.empty())
             env.emplace_back("TORCHELASTIC_ERROR_FILE",
                              fmt::format("{}/{}/error.json", error_file_dir, local));
-        if (local_world_size > 1) unless_set(env, "OMP_NUM_THREADS", "1");
+        // OpenMP threads follow the cores a worker is pinned to; unpinned workers share the
+        // machine, so one each (as torchrun).
+        if (!w.binding.cpus.empty())
+            unless_set(env, "OMP_NUM_THREADS", std::to_string(w.binding.cpus.size()));
+        else if (local_world_size > 1)
+            unless_set(env, "OMP_NUM_THREADS", "1");
         unless_set(env, "PYTHONUNBUFFERED", "1");
         unless_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
         workers.push_back(std::move(w));
@@ -158,18 +167,38 @@ std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec
     if (!all_workers.empty())
         for (const auto& word : all_workers.front().argv) command.push_back(shell_word(word));
 
+    // Pinned workers get a column with their CPUs (and memory node) before the command.
+    auto cpus_of = [](const WorkerSpec& w) {
+        if (w.binding.cpus.empty()) return std::string("(any)");
+        std::string text = format_cpu_list(w.binding.cpus);
+        if (w.binding.memory_node) text += fmt::format(" (mem {})", *w.binding.memory_node);
+        return text;
+    };
+    const bool pinned = std::any_of(all_workers.begin(), all_workers.end(),
+                                    [](const WorkerSpec& w) { return !w.binding.cpus.empty(); });
     std::size_t dev_width = std::string("CUDA_VISIBLE_DEVICES").size();
-    for (const auto& w : all_workers)
+    std::size_t cpu_width = std::string("cpus").size();
+    for (const auto& w : all_workers) {
         dev_width =
             std::max(dev_width, (w.sets_devices ? w.devices : std::string("(unset)")).size());
-    out += fmt::format("{:>9}  {:>10}  {:>5}  {:>10}  {:<{}}  {}\n", "node_rank", "local_rank",
-                       "rank", "world_size", "CUDA_VISIBLE_DEVICES", dev_width, "command");
+        cpu_width = std::max(cpu_width, cpus_of(w).size());
+    }
+    auto row = [&](const std::string& node, const std::string& local, const std::string& rank,
+                   const std::string& size, const std::string& devices, const std::string& cpus,
+                   const std::string& cmd) {
+        std::string line = fmt::format("{:>9}  {:>10}  {:>5}  {:>10}  {:<{}}  ", node, local, rank,
+                                       size, devices, dev_width);
+        if (pinned) line += fmt::format("{:<{}}  ", cpus, cpu_width);
+        return line + cmd + "\n";
+    };
+    out += row("node_rank", "local_rank", "rank", "world_size", "CUDA_VISIBLE_DEVICES", "cpus",
+               "command");
     for (const auto& w : all_workers) {
-        out += fmt::format("{:>9}  {:>10}  {:>5}  {:>10}  {:<{}}  {}\n", w.node_rank,
-                           config.virtual_local_rank ? fmt::format("{} (0)", w.local_rank)
-                                                     : std::to_string(w.local_rank),
-                           w.rank, w.world_size, w.sets_devices ? w.devices : "(unset)", dev_width,
-                           join(command, " "));
+        out += row(std::to_string(w.node_rank),
+                   config.virtual_local_rank ? fmt::format("{} (0)", w.local_rank)
+                                             : std::to_string(w.local_rank),
+                   std::to_string(w.rank), std::to_string(w.world_size),
+                   w.sets_devices ? w.devices : "(unset)", cpus_of(w), join(command, " "));
     }
     return out;
 }

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "ddprun/binding.hpp"
 #include "ddprun/exit_codes.hpp"
 
 namespace bp = boost::process;
@@ -27,6 +28,7 @@ namespace {
 struct ChildSetup {
     pid_t agent;
     WorkerStdio stdio;
+    const BindingPlan* binding;
 
     void operator()(auto& /*executor*/) const {
         // Own process group: the agent signals the worker and whatever it started in one call,
@@ -37,6 +39,13 @@ struct ChildSetup {
         if (::getppid() != agent) ::_exit(exit_code::kSignalBase + SIGKILL);
         if (::dup2(stdio.in, 0) < 0 || ::dup2(stdio.out, 1) < 0 || ::dup2(stdio.err, 2) < 0)
             ::_exit(exit_code::kInternal);
+        // After the dup2s, so that the message reaches the worker's stderr pipe.
+        if (apply_binding(*binding) != 0) {
+            static const char k_msg[] =
+                "ddprun: cannot pin the worker to its CPUs (sched_setaffinity failed)\n";
+            (void)!::write(2, k_msg, sizeof k_msg - 1);
+            ::_exit(exit_code::kInternal);
+        }
         // Like subprocess's close_fds: nothing of the agent's (or of whoever started the
         // agent) leaks into workers. CLOEXEC rather than close keeps Boost.Process's exec-error
         // pipe working until exec.
@@ -61,7 +70,7 @@ std::expected<pid_t, SpawnError> spawn_worker(const WorkerSpec& spec, const std:
     std::vector<std::string> args(spec.argv.begin() + 1, spec.argv.end());
     std::error_code ec;
     bp::child child(bp::exe = executable, bp::args = args, env,
-                    bp::extend::on_exec_setup = ChildSetup{::getpid(), stdio}, ec);
+                    bp::extend::on_exec_setup = ChildSetup{::getpid(), stdio, &spec.binding}, ec);
     if (ec) {
         int code = ec.value() == ENOENT ? exit_code::kNotFound
                    : (ec.value() == EACCES || ec.value() == ENOEXEC || ec.value() == EISDIR)

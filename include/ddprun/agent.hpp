@@ -6,7 +6,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "ddprun/binding.hpp"
 #include "ddprun/cli.hpp"
 #include "ddprun/config.hpp"
 
@@ -15,13 +17,14 @@ namespace ddprun {
 // What the agent needs besides the config: facts resolved once in main.
 struct AgentContext {
     LaunchConfig config;
-    Environment env;          // the agent's environment, inherited by workers
-    NodeResources resources;  // devices and CPUs of this node
-    int nproc = 1;            // workers on this node (--nproc_per_node resolved)
-    std::string executable;   // resolved argv[0] of the worker command
-    std::string scratch_dir;  // private dir for error files when there is no --log_dir
-    std::string log_dir;      // "" or the --log_dir (possibly a temp dir for -r/-t)
-    std::string host;         // this node's name, for reports
+    Environment env;                    // the agent's environment, inherited by workers
+    NodeResources resources;            // devices and CPUs of this node
+    int nproc = 1;                      // workers on this node (--nproc_per_node resolved)
+    std::vector<BindingPlan> bindings;  // by local rank; empty: no --cpu/--numa-binding
+    std::string executable;             // resolved argv[0] of the worker command
+    std::string scratch_dir;            // private dir for error files when there is no --log_dir
+    std::string log_dir;                // "" or the --log_dir (possibly a temp dir for -r/-t)
+    std::string host;                   // this node's name, for reports
 };
 
 // The signal a dying supervisor's agent receives (PR_SET_PDEATHSIG).

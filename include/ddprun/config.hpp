@@ -34,6 +34,14 @@ struct StreamSelection {
     }
 };
 
+// --numa-binding: where a worker runs relative to its GPU (binding.hpp).
+enum class NumaBinding {
+    None,
+    Node,       // every CPU of the GPU's NUMA node
+    Socket,     // every CPU of the socket holding that node
+    Exclusive,  // the node's physical cores split among the workers whose GPUs share it
+};
+
 // How the program is started.
 enum class ProgramKind {
     Executable,    // run argv[0] directly (a binary, a script with a shebang, or --no_python)
@@ -70,6 +78,10 @@ struct LaunchConfig {
     std::string role = "default";
     bool virtual_local_rank = false;
     bool all_devices = false;  // every worker sees the whole device list (torchrun's behaviour)
+    // CPU placement (binding.hpp). Worker i is pinned before exec; with
+    // binding on, OMP_NUM_THREADS defaults to the number of CPUs it gets.
+    NumaBinding numa_binding = NumaBinding::None;  // --numa-binding
+    bool cpu_binding = false;  // --cpu-binding: allowed cores split evenly, no GPU needed
     ProgramKind program_kind = ProgramKind::Executable;
     std::string program;            // path, script or module name, as given
     std::vector<std::string> args;  // everything after the program, untouched
@@ -99,6 +111,10 @@ struct LaunchConfig {
 struct NodeResources {
     std::vector<std::string> devices;  // CUDA_VISIBLE_DEVICES entries, verbatim
     bool devices_inherited = false;    // true: from the inherited CUDA_VISIBLE_DEVICES
+    // Per entry of `devices`: its PCI bus id in sysfs form ("0000:3b:00.0"),
+    // or "" when unknown (an index or UUID no driver source could place, a
+    // MIG instance). Where --numa-binding finds a GPU's NUMA node.
+    std::vector<std::string> device_pci_bus_ids;
     int cpus = 1;
 };
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddprun/binding.hpp"
 #include "ddprun/cli.hpp"
 #include "ddprun/config.hpp"
 
@@ -32,6 +33,7 @@ struct WorkerSpec {
     bool sets_devices = false;
     std::vector<std::string> argv;                         // program and arguments
     std::vector<std::pair<std::string, std::string>> env;  // variables ddprun sets
+    BindingPlan binding;  // CPUs / NUMA node it is pinned to; empty cpus: not pinned
 };
 
 // Resolves --nproc_per_node (a count, gpu, cpu, auto) on this node.
@@ -45,9 +47,11 @@ std::vector<std::string> worker_command(const LaunchConfig& config, const Enviro
 // One node's workers. `error_file_dir`: TORCHELASTIC_ERROR_FILE of local rank
 // i is <error_file_dir>/<i>/error.json. `inherited` is the agent's environment
 // (OMP_NUM_THREADS, PYTHONUNBUFFERED, ... are only set when absent there).
+// `bindings`: by local rank, from plan_node_binding (empty: nobody pinned).
 std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResources& resources,
                                   const RoundInfo& round, const Environment& inherited,
-                                  const std::string& error_file_dir);
+                                  const std::string& error_file_dir,
+                                  const std::vector<BindingPlan>& bindings = {});
 
 // The first rank on `node_rank`: the prefix sum of nproc_per_node.
 int rank_offset(const std::vector<int>& nproc_per_node, int node_rank);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -340,6 +341,32 @@ TEST_F(SingleNodeProgram, AgentDoesNotLoadLibtorch) {
     auto r = run({"--nproc_per_node=1", script});
     ASSERT_EQ(r.exit_code, 0) << r.describe();
     EXPECT_EQ(lines_of(lines_by_rank(r.out), 0), std::vector<std::string>{"CLEAN"}) << r.describe();
+}
+
+// --cpu-binding pins each worker (in the child, before exec) to its share of
+// the CPUs ddprun may use, and OMP_NUM_THREADS follows that share.
+TEST_F(SingleNodeProgram, CpuBindingPinsEachWorkerToItsShare) {
+    std::string script = path("affinity.sh");
+    write_text_file(script,
+                    "#!/bin/sh\n"
+                    "echo \"$(grep Cpus_allowed_list /proc/self/status | cut -f2) "
+                    "omp=$OMP_NUM_THREADS\"\n",
+                    0755);
+    auto plan = run({"--dry-run", "--cpu-binding", "--nproc_per_node=2", script});
+    ASSERT_EQ(plan.exit_code, 0) << plan.describe();
+    auto r = run({"--cpu-binding", "--nproc_per_node=2", script});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    auto by_rank = lines_by_rank(r.out);
+    std::set<std::string> seen;
+    for (int rank = 0; rank < 2; ++rank) {
+        auto lines = lines_of(by_rank, rank);
+        ASSERT_EQ(lines.size(), 1u) << r.describe();
+        // The dry-run table shows the same CPUs the worker was really given.
+        std::string cpus = lines[0].substr(0, lines[0].find(' '));
+        EXPECT_TRUE(contains(plan.out, "  " + cpus + " ")) << cpus << "\n" << plan.describe();
+        seen.insert(cpus);
+    }
+    EXPECT_EQ(seen.size(), 2u) << "the workers must get different CPUs\n" << r.describe();
 }
 
 TEST_F(SingleNodeProgram, MissingProgramExits127) {

@@ -87,6 +87,8 @@ const std::vector<ValueFlagCase>& value_flag_cases() {
          }},
         {"log_prefix", "<{rank}> ",
          [](const LaunchConfig& c) { EXPECT_EQ(c.log_prefix, "<{rank}> "); }},
+        {"numa_binding", "socket",
+         [](const LaunchConfig& c) { EXPECT_EQ(c.numa_binding, NumaBinding::Socket); }},
     };
     return cases;
 }
@@ -145,6 +147,8 @@ TEST(CliSpellings, FlagsInEverySpelling) {
         {"--dry_run", [](const LaunchConfig& c) { EXPECT_TRUE(c.dry_run); }},
         {"--all-devices", [](const LaunchConfig& c) { EXPECT_TRUE(c.all_devices); }},
         {"--all_devices", [](const LaunchConfig& c) { EXPECT_TRUE(c.all_devices); }},
+        {"--cpu-binding", [](const LaunchConfig& c) { EXPECT_TRUE(c.cpu_binding); }},
+        {"--cpu_binding", [](const LaunchConfig& c) { EXPECT_TRUE(c.cpu_binding); }},
         {"--use_env", [](const LaunchConfig&) {}},
         {"--use-env", [](const LaunchConfig&) {}},
         {"-v", [](const LaunchConfig& c) { EXPECT_EQ(c.verbosity, 1); }},
@@ -200,6 +204,8 @@ TEST(CliDefaults, NothingGiven) {
     EXPECT_EQ(c.role, "default");
     EXPECT_FALSE(c.virtual_local_rank);
     EXPECT_FALSE(c.all_devices);
+    EXPECT_EQ(c.numa_binding, NumaBinding::None);
+    EXPECT_FALSE(c.cpu_binding);
     EXPECT_EQ(c.program_kind, ProgramKind::Executable);
     EXPECT_EQ(c.program, "./train");
     EXPECT_TRUE(c.args.empty());
@@ -230,6 +236,7 @@ TEST(CliDefaults, BooleanVariables) {
         EXPECT_TRUE(parse_ok({"./t"}, {{"PET_STANDALONE", yes}}).standalone);
         EXPECT_TRUE(parse_ok({"./t"}, {{"DDPRUN_DRY_RUN", yes}}).dry_run);
         EXPECT_TRUE(parse_ok({"./t"}, {{"DDPRUN_ALL_DEVICES", yes}}).all_devices);
+        EXPECT_TRUE(parse_ok({"./t"}, {{"DDPRUN_CPU_BINDING", yes}}).cpu_binding);
         EXPECT_TRUE(parse_ok({"./t"}, {{"PET_VIRTUAL_LOCAL_RANK", yes}}).virtual_local_rank);
         EXPECT_EQ(parse_ok({"m.py"}, {{"PET_NO_PYTHON", yes}}).program_kind,
                   ProgramKind::Executable);
@@ -410,8 +417,9 @@ TEST(CliHelp, HelpAndVersion) {
     auto help = parse_command_line({"--help"}, {})->text;
     for (std::string word :
          {"--nproc_per_node", "--nnodes", "--rdzv_endpoint", "-m, --module", "-r, --redirects",
-          "--dry-run", "--log-prefix", "--all-devices", "PET_<NAME>", "DDPRUN_<NAME>", "LOGLEVEL",
-          "srun --ntasks-per-node=1", "mpirun -N 1", "Kubeflow"}) {
+          "--dry-run", "--log-prefix", "--all-devices", "--numa-binding", "--cpu-binding",
+          "OMP_NUM_THREADS", "PET_<NAME>", "DDPRUN_<NAME>", "LOGLEVEL", "srun --ntasks-per-node=1",
+          "mpirun -N 1", "Kubeflow"}) {
         EXPECT_NE(help.find(word), std::string::npos) << word;
     }
     std::size_t start = 0;
@@ -540,6 +548,48 @@ TEST(CliRejects, ProgramAndWorkers) {
     });
 }
 
+TEST(CliBinding, NumaModes) {
+    const std::pair<std::string, NumaBinding> cases[] = {
+        {"node", NumaBinding::Node},           {"socket", NumaBinding::Socket},
+        {"exclusive", NumaBinding::Exclusive}, {"none", NumaBinding::None},
+        {"NODE", NumaBinding::Node},           {" exclusive ", NumaBinding::Exclusive},
+    };
+    for (const auto& [value, mode] : cases) {
+        SCOPED_TRACE(value);
+        EXPECT_EQ(parse_ok({"--numa-binding", value, "./t"}).numa_binding, mode);
+        EXPECT_EQ(parse_ok({"--numa_binding=" + value, "./t"}).numa_binding, mode);
+    }
+    // "none" on the command line overrides a job template's variable.
+    EXPECT_EQ(
+        parse_ok({"--numa-binding=none", "--cpu-binding", "./t"}, {{"PET_NUMA_BINDING", "node"}})
+            .numa_binding,
+        NumaBinding::None);
+    // --cpu-binding is ddprun's own: no PET_ variable.
+    EXPECT_FALSE(parse_ok({"./t"}, {{"PET_CPU_BINDING", "1"}}).cpu_binding);
+}
+
+TEST(CliRejects, Binding) {
+    expect_rejected({
+        {{"--numa-binding=nodes", "./t"},
+         {},
+         {"--numa-binding=nodes", "node, socket or exclusive"}},
+        {{"--numa_binding", "core-complex", "./t"},
+         {},
+         {"--numa_binding=core-complex", "not supported"}},
+        {{"--numa-binding=", "./t"}, {}, {"--numa-binding", "unknown mode"}},
+        {{"--numa-binding"}, {}, {"--numa-binding", "missing value"}},
+        {{"./t"}, {{"PET_NUMA_BINDING", "gpu"}}, {"PET_NUMA_BINDING=gpu"}},
+        {{"--cpu-binding", "--numa-binding=node", "./t"},
+         {},
+         {"--cpu-binding", "conflicts with --numa-binding=node"}},
+        {{"--cpu_binding", "./t"},
+         {{"DDPRUN_NUMA_BINDING", "socket"}},
+         {"--cpu_binding", "DDPRUN_NUMA_BINDING=socket"}},
+        {{"--cpu-binding=1", "./t"}, {}, {"--cpu-binding=1", "takes no value"}},
+        {{"./t"}, {{"DDPRUN_CPU_BINDING", "maybe"}}, {"DDPRUN_CPU_BINDING=maybe", "1 or 0"}},
+    });
+}
+
 TEST(CliRejects, Output) {
     expect_rejected({
         {{"--local_ranks_filter=a", "./t"}, {}, {"--local_ranks_filter=a", "e.g."}},
@@ -620,6 +670,8 @@ TEST(CliClosestFlag, SuggestsNearbyFlagsOnly) {
         {"--node_rnak=1", "--node_rank"},
         {"--dryrun", "--dry-run"},
         {"--logdir", "--log_dir"},
+        {"--numa_bindng", "--numa-binding"},
+        {"--cpubinding", "--cpu-binding"},
         {"--frobnicate", ""},
         {"--x", ""},
         {"", ""},
