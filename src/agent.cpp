@@ -45,6 +45,7 @@ constexpr std::chrono::milliseconds k_kill_bound{10000};
 // How long the store's host waits for the others to read a failed join's reason, and
 // beyond the others' own shutdown, for them to confirm the end of a round.
 constexpr std::chrono::milliseconds k_linger_bound{5000};
+constexpr std::chrono::milliseconds k_join_linger_bound{2000};
 // Orphans of a finished round get this long to die after SIGKILL.
 constexpr std::chrono::milliseconds k_sweep_bound{5000};
 
@@ -142,7 +143,24 @@ struct Agent::Impl {
     RoundResult round_result();
     int report_failure(const std::string& title);
     std::string describe_failure() const;
+    void end_round();
 };
+
+void Agent::Impl::end_round() {
+    // Killed: leave at once, the others learn it from the failure record or the heartbeats.
+    if (stop_signal == SIGKILL) {
+        coordinator->end_round(round, node_rank, std::chrono::milliseconds(0));
+        return;
+    }
+    std::vector<int> lost;
+    if (stop_event && stop_event->kind == StopEvent::Kind::Failure &&
+        stop_event->failure.kind == FailureKind::NodeLost)
+        lost.push_back(stop_event->failure.node_rank);
+    coordinator->end_round(round, node_rank,
+                           ctx.config.shutdown_timeout + k_kill_bound + k_linger_bound +
+                               coordinator->options().heartbeat_timeout,
+                           lost);
+}
 
 void Agent::Impl::setup_signals() {
     // Every signal ddprun reacts to is blocked (the supervisor blocked them before fork)
@@ -180,12 +198,24 @@ void Agent::Impl::on_signal(int signal) {
         return;
     }
     if (signal == parent_death_signal()) {
-        // The supervisor was SIGKILLed: the user wants everything gone, now.
+        // The supervisor was SIGKILLed: the user wants everything gone, now, on every node.
         spdlog::error("ddprun's supervisor was killed; killing every worker");
         stop_signal = SIGKILL;
-        if (phase == Phase::Joining && coordinator)
-            coordinator->abort(round, fmt::format("node {} ({}) was killed", node_rank, ctx.host),
-                               exit_code::kSignalBase + SIGKILL);
+        const std::string why =
+            fmt::format("the ddprun of node {} ({}) was killed (SIGKILL)", node_rank, ctx.host);
+        if (phase == Phase::Joining && coordinator) {
+            coordinator->abort(round, why, exit_code::kSignalBase + SIGKILL);
+        } else if (coordinator) {
+            FailureRecord record;
+            record.kind = FailureKind::Signal;
+            record.node_rank = node_rank;
+            record.host = ctx.host;
+            record.pid = ::getpid();
+            record.exit_code = exit_code::kSignalBase + SIGKILL;
+            record.time_ms = now_ms();
+            record.message = why;
+            publish_failure(std::move(record));
+        }
         kill_now();
         return;
     }
@@ -415,13 +445,18 @@ std::string Agent::Impl::open_coordinator() {
     bool try_host = is_host.value_or(is_local_host(endpoint.host));
     options.store.is_server = try_host;
     auto opened = Coordinator::open(io, options);
-    if (!opened && try_host && !is_host) {
-        // Another agent on this machine hosts it already.
+    if (!opened && try_host && !config.rdzv_conf.contains("is_host")) {
+        // Another agent on this machine hosts it already (with ranks assigned at join), or
+        // another agent claims node rank 0 too: as a client this agent meets it, and the
+        // rendezvous names both hosts. If nothing answers there, the hosting error stands.
+        std::string host_error = opened.error().message;
         options.store.is_server = false;
         opened = Coordinator::open(io, options);
+        if (!opened) return host_error;
     }
     if (!opened) return opened.error().message;
     coordinator = std::move(*opened);
+    if (auto mismatch = coordinator->check_run_id()) return mismatch->message;
     spdlog::debug("rendezvous store {}:{} ({})", endpoint.host, endpoint.port,
                   options.store.is_server ? "hosted here" : "client");
     return {};
@@ -671,17 +706,13 @@ int Agent::run() {
                 auto joined = impl.join_round();
                 if (!joined) {
                     // The others must read why before the store's host goes away.
-                    impl.coordinator->end_round(impl.round, impl.node_rank, k_linger_bound);
+                    impl.coordinator->end_round(impl.round, impl.node_rank, k_join_linger_bound);
                     return joined.error();
                 }
                 info = *joined;
             }
             RoundResult result = impl.run_round(info);
-            if (impl.coordinator)
-                impl.coordinator->end_round(impl.round, impl.node_rank,
-                                            impl.ctx.config.shutdown_timeout + k_kill_bound +
-                                                k_linger_bound +
-                                                impl.coordinator->options().heartbeat_timeout);
+            if (impl.coordinator) impl.end_round();
             switch (result.kind) {
                 case RoundResult::Kind::Succeeded:
                     return exit_code::kSuccess;

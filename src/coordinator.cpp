@@ -63,6 +63,7 @@ void Coordinator::join(int round, int node_rank, int master_port, JoinDone done)
 
 void Coordinator::watch(int round, StopHandler on_stop) {
     stop_watcher();
+    m_watch_cancelled = false;
     m_watcher = std::thread([this, round, on_stop = std::move(on_stop)] {
         std::unique_ptr<Store> store;
         try {
@@ -79,7 +80,7 @@ void Coordinator::watch(int round, StopHandler on_stop) {
         for (;;) {
             StopEvent event = rendezvous.wait_stop(round, k_wait_slice);
             if (event.kind == StopEvent::Kind::Timeout) {
-                if (m_closing) return;
+                if (m_closing || m_watch_cancelled) return;
                 continue;
             }
             asio::post(m_io, [on_stop, event = std::move(event)] { on_stop(event); });
@@ -117,9 +118,13 @@ void Coordinator::abort(int round, const std::string& message, int exit_code) {
     }
 }
 
-void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds bound) {
+void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds bound,
+                            const std::vector<int>& lost) {
+    // The round may end without a stop (this agent was killed): the watcher must not wait.
+    m_watch_cancelled = true;
     stop_watcher();
     try {
+        for (int node : lost) m_rendezvous->acknowledge(round, node, nnodes());
         m_rendezvous->acknowledge(round, node_rank, nnodes());
         if (m_options.store.is_server) {
             auto missing = m_rendezvous->wait_acknowledged(round, nnodes(), bound);
@@ -129,6 +134,33 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
         }
     } catch (const StoreError& e) {
         spdlog::debug("ending the round: {}", e.what());
+    }
+}
+
+std::optional<RendezvousError> Coordinator::check_run_id() {
+    // The value names who wrote it: "<run id>\n<node rank> (<host>)".
+    const std::string& mine = m_options.run_id;
+    const std::string me = fmt::format("node {} ({})", m_options.me.node_rank, m_options.me.host);
+    try {
+        std::string first = m_store->compare_set("ddprun/run_id", "", mine + "\n" + me);
+        auto newline = first.find('\n');
+        std::string first_id = first.substr(0, newline);
+        if (first_id == mine) return std::nullopt;
+        std::string first_node =
+            newline == std::string::npos ? "another node" : first.substr(newline + 1);
+        std::string message = fmt::format(
+            "the nodes must run the same job, but the run id (--rdzv_id) differs: '{}' on {}, "
+            "'{}' on {}; give every node the same --rdzv_id",
+            first_id, first_node, mine, me);
+        // The other job's agents wait under their own keys: tell them there, and give them a
+        // moment to read it before this agent (maybe the store's host) goes away.
+        Rendezvous other(*m_store, first_id);
+        other.abort(0, nnodes(), message, exit_code::kRendezvous);
+        if (m_options.store.is_server)
+            other.wait_acknowledged(0, nnodes(), std::chrono::seconds(2));
+        return RendezvousError{message, exit_code::kRendezvous};
+    } catch (const StoreError& e) {
+        return RendezvousError{e.what(), exit_code::kRendezvous};
     }
 }
 

@@ -13,8 +13,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ddprun/rendezvous.hpp"
 #include "ddprun/store.hpp"
@@ -71,8 +73,15 @@ class Coordinator {
 
     // Blocking, between rounds: tells the others this node saw the stop; the
     // store's host waits, at most `bound`, until every node did, so it never
-    // pulls the store from under a slower node.
-    void end_round(int round, int node_rank, std::chrono::milliseconds bound);
+    // pulls the store from under a slower node. Nodes in `lost` (declared dead
+    // by heartbeat) are acknowledged on their behalf: nobody waits for them.
+    void end_round(int round, int node_rank, std::chrono::milliseconds bound,
+                   const std::vector<int>& lost = {});
+
+    // Agents of different jobs (--rdzv_id) on one store never meet under their
+    // own keys; one key outside every job's namespace tells them apart. On a
+    // mismatch, the other job's agents are told too. Blocking.
+    std::optional<RendezvousError> check_run_id();
 
     // Heartbeats from now on, for the round given to join(). A node whose
     // heartbeat stops is published as a failure by the store's host; a store
@@ -95,6 +104,7 @@ class Coordinator {
     std::thread m_heartbeat;
     std::atomic<int> m_round{0};
     std::atomic<bool> m_closing{false};
+    std::atomic<bool> m_watch_cancelled{false};  // the round ended: the watcher returns
     std::mutex m_mutex;
     std::condition_variable m_wake;
 };

@@ -565,6 +565,37 @@ bool process_alive(pid_t pid) {
     return info && info->state != 'Z' && info->state != 'X';
 }
 
+std::vector<ProcessInfo> live_in_groups_or_sessions(const std::set<pid_t>& leaders) {
+    std::vector<ProcessInfo> found;
+    if (leaders.empty()) return found;
+    DIR* proc = ::opendir("/proc");
+    if (!proc) return found;
+    while (dirent* entry = ::readdir(proc)) {
+        char* end = nullptr;
+        long pid = std::strtol(entry->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0) continue;
+        auto stat = read_proc_file(fmt::format("/proc/{}/stat", pid));
+        if (!stat) continue;
+        // "pid (comm) state ppid pgrp session ..."
+        auto close = stat->rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream fields(stat->substr(close + 1));
+        char state = '?';
+        long ppid = 0;
+        long group = 0;
+        long session = 0;
+        if (!(fields >> state >> ppid >> group >> session)) continue;
+        if (state == 'Z' || state == 'X') continue;
+        if (!leaders.contains(static_cast<pid_t>(group)) &&
+            !leaders.contains(static_cast<pid_t>(session))) {
+            continue;
+        }
+        if (auto info = process_info(static_cast<pid_t>(pid))) found.push_back(*info);
+    }
+    ::closedir(proc);
+    return found;
+}
+
 std::string describe(const std::vector<ProcessInfo>& processes) {
     std::string out;
     for (const auto& info : processes) {

@@ -181,6 +181,12 @@ std::vector<pid_t> children_of(pid_t parent);
 // The process exists and is not a zombie.
 bool process_alive(pid_t pid);
 
+// Live (not zombie) processes whose process group or session is one of
+// `leaders`. Every worker leads its own process group and a setsid()
+// grandchild its own session, so passing the pids the job recorded finds what
+// is left of it by process group, without relying on names or parentage.
+std::vector<ProcessInfo> live_in_groups_or_sessions(const std::set<pid_t>& leaders);
+
 // Every test: a temp dir, the pidfile fake workers append to, and the check
 // that nothing the job started outlives it.
 class IntegrationTest : public ::testing::Test {
