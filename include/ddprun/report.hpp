@@ -17,8 +17,8 @@ struct WorkerOutcome {
     int node_rank = 0;
     std::string host;
     int pid = 0;
-    int exit_code = 0;             // when it exited normally
-    int signal = 0;                // non-zero: it died of this signal
+    int exit_code = 0;               // when it exited normally
+    int signal = 0;                  // non-zero: it died of this signal
     bool stopped_by_ddprun = false;  // ddprun stopped it because of another failure or a signal
     std::chrono::system_clock::time_point time;  // when the agent saw it end
     std::string error_message;                   // from its error file, may be empty
