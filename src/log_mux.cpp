@@ -349,6 +349,11 @@ struct LogMux::Impl {
 
     void on_partial_timer(const std::shared_ptr<Stream>& stream) {
         if (!stream->splitter.has_partial() || stream->console->failed) return;
+        // The rest of the line may already wait in the pipe, its read queued behind this
+        // timer on a busy loop: take it first, so a line is only cut when the worker
+        // really paused mid-line.
+        read_now(stream, false);
+        if (!stream->open || !stream->splitter.has_partial()) return;
         if (std::chrono::steady_clock::now() < stream->partial_since + options.partial_flush) {
             return arm_partial_timer(stream);
         }
