@@ -128,6 +128,7 @@ struct Agent::Impl {
     void setup_signals();
     void read_signal();
     void on_signal(int signal);
+    void forward_to_workers(int signal);
     void on_child_exit(pid_t pid, int status);
     void on_round_stop(StopEvent event);
     void begin_stop(int signal);
@@ -252,6 +253,12 @@ void Agent::Impl::on_signal(int signal) {
         return;
     }
     // A forwarded-only signal (SIGUSR1/SIGUSR2 by default): pass it on, keep running.
+    forward_to_workers(signal);
+    if (coordinator && ctx.config.broadcast_signals && phase == Phase::Running)
+        coordinator->broadcast_signal(round, node_rank, signal);
+}
+
+void Agent::Impl::forward_to_workers(int signal) {
     spdlog::debug("forwarding {} to workers", signal_name(signal));
     for (auto& w : workers)
         if (w.running) signal_worker_group(w.pid, signal);
@@ -495,6 +502,11 @@ std::expected<RoundInfo, int> Agent::Impl::join_round() {
     info.master_addr = membership.master_addr;
     info.master_port = membership.master_port;
     info.restart_count = round;
+    if (config.broadcast_signals)
+        coordinator->on_broadcast_signal([this](int signal) {
+            spdlog::info("{} from another node", signal_name(signal));
+            forward_to_workers(signal);
+        });
     coordinator->start_heartbeats(node_rank, [this](std::string message) {
         StopEvent lost;
         lost.kind = StopEvent::Kind::StoreLost;

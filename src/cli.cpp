@@ -118,6 +118,8 @@ constexpr OptionSpec k_options[] = {
      "every worker sees every device (torchrun's way)"},
     {"cpu-binding", 0, "", EnvDefault::Ddprun, k_ddprun,
      "pin workers to equal shares of the allowed CPUs"},
+    {"broadcast-signals", 0, "", EnvDefault::Ddprun, k_ddprun,
+     "a SIGUSR1/SIGUSR2 to one agent reaches every node's workers"},
     {"log-prefix", 0, "TEMPLATE", EnvDefault::Ddprun, k_ddprun,
      "{rank} {local_rank} {node_rank} {role}; '' none [\"[{rank}]: \"]"},
     {"verbose", 'v', "", EnvDefault::None, k_ddprun, "more output (-vv: even more)"},
@@ -742,6 +744,7 @@ std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
     b.set("virtual_local_rank", config.virtual_local_rank, parse_switch);
     b.set("use_env", use_env, parse_switch);
     b.set("all-devices", config.all_devices, parse_switch);
+    b.set("broadcast-signals", config.broadcast_signals, parse_switch);
     b.set("numa-binding", config.numa_binding, parse_numa_binding);
     b.set("cpu-binding", config.cpu_binding, parse_switch);
     if (config.cpu_binding && config.numa_binding != NumaBinding::None)

@@ -7,6 +7,8 @@
 
 #include "ddprun/logging.hpp"
 
+#include <cstdio>
+
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
@@ -164,6 +166,18 @@ std::optional<RendezvousError> Coordinator::check_run_id() {
     }
 }
 
+void Coordinator::broadcast_signal(int round, int node_rank, int signal) {
+    asio::post(*m_ops, [this, round, node_rank, signal] {
+        try {
+            std::int64_t n = m_ops_store->add(m_ops_rendezvous->key(round, "signals"), 1);
+            m_ops_store->set(m_ops_rendezvous->key(round, fmt::format("signal/{}", n)),
+                             fmt::format("{} {}", signal, node_rank));
+        } catch (const StoreError& e) {
+            spdlog::warn("could not pass the signal on to the other nodes: {}", e.what());
+        }
+    });
+}
+
 void Coordinator::start_heartbeats(int node_rank, LostHandler on_lost) {
     if (m_heartbeat.joinable()) return;
     m_heartbeat = std::thread(
@@ -188,6 +202,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     std::unique_ptr<HeartbeatMonitor> monitor;
     bool reported = false;
     std::int64_t seq = 0;
+    std::int64_t signals_seen = 0;
     std::unique_lock lock(m_mutex);
     while (!m_closing) {
         lock.unlock();
@@ -195,6 +210,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
         try {
             if (m_round != round) {
                 round = m_round;
+                signals_seen = 0;
                 std::vector<int> watched;
                 if (host) {
                     for (int node = 0; node < nnodes(); ++node)
@@ -206,6 +222,21 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 reported = false;
             }
             rendezvous.beat(round, node_rank, ++seq);
+            if (m_on_signal) {
+                // Signals other agents broadcast since the last beat (--broadcast-signals).
+                std::int64_t count = store->add(rendezvous.key(round, "signals"), 0);
+                for (; signals_seen < count; ++signals_seen) {
+                    auto text = store->get(
+                        rendezvous.key(round, fmt::format("signal/{}", signals_seen + 1)));
+                    int signal = 0;
+                    int origin = -1;
+                    if (std::sscanf(text.c_str(), "%d %d", &signal, &origin) != 2 || signal <= 0 ||
+                        signal >= 65)
+                        continue;  // not ours to trust; never a reason to fail the job
+                    if (origin == node_rank) continue;  // this agent forwarded it already
+                    asio::post(m_io, [this, signal] { m_on_signal(signal); });
+                }
+            }
             if (host) {
                 auto beats = rendezvous.read_heartbeats(round, nnodes());
                 for (int node = 0; node < nnodes(); ++node)

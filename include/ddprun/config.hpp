@@ -81,6 +81,9 @@ struct LaunchConfig {
     // CPU placement (binding.hpp). Worker i is pinned before exec; with
     // binding on, OMP_NUM_THREADS defaults to the number of CPUs it gets.
     NumaBinding numa_binding = NumaBinding::None;  // --numa-binding
+    // --broadcast-signals: a forwarded-only signal (SIGUSR1/SIGUSR2) that reaches one agent
+    // is passed to every node's workers through the store (scheduler preemption notices).
+    bool broadcast_signals = false;
     bool cpu_binding = false;  // --cpu-binding: allowed cores split evenly, no GPU needed
     ProgramKind program_kind = ProgramKind::Executable;
     std::string program;            // path, script or module name, as given

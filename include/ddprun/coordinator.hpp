@@ -42,6 +42,7 @@ class Coordinator {
     using JoinDone = std::function<void(std::expected<RoundMembership, RendezvousError>)>;
     using StopHandler = std::function<void(StopEvent)>;
     using LostHandler = std::function<void(std::string)>;
+    using SignalHandler = std::function<void(int)>;
 
     // Opens (or hosts) the store. Blocking; call before the event loop runs.
     static std::expected<std::unique_ptr<Coordinator>, RendezvousError> open(
@@ -88,6 +89,13 @@ class Coordinator {
     // that stops answering is reported through `on_lost` (on the loop).
     void start_heartbeats(int node_rank, LostHandler on_lost);
 
+    // --broadcast-signals: publishes `signal` for every node of the round (fire
+    // and forget); the heartbeat thread of each other agent picks it up within
+    // a heartbeat interval and calls `on_signal` (on the loop). Set before
+    // start_heartbeats.
+    void broadcast_signal(int round, int node_rank, int signal);
+    void on_broadcast_signal(SignalHandler on_signal) { m_on_signal = std::move(on_signal); }
+
   private:
     Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store);
     void heartbeat_loop(int node_rank, LostHandler on_lost);
@@ -105,6 +113,7 @@ class Coordinator {
     std::atomic<int> m_round{0};
     std::atomic<bool> m_closing{false};
     std::atomic<bool> m_watch_cancelled{false};  // the round ended: the watcher returns
+    SignalHandler m_on_signal;
     std::mutex m_mutex;
     std::condition_variable m_wake;
 };

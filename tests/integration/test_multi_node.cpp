@@ -693,6 +693,33 @@ INSTANTIATE_TEST_SUITE_P(MultiNode, MultiNodeSignalToOneAgent,
                              return param_info.param.name;
                          });
 
+// --broadcast-signals: a scheduler's preemption notice (SIGUSR1) to one agent
+// reaches the workers of every node; without the flag only that node's.
+TEST_F(MultiNodeTest, BroadcastSignalsPassesSigusr1ToEveryNode) {
+    Job job;
+    job.conf["heartbeat_timeout"] = "1";  // signals are picked up with the heartbeats
+    job.flags = {"--broadcast-signals"};
+    std::vector<std::string> actions = {"ready", m_dir + "/ready.{rank}", "wait-signal", "print",
+                                        "1"};
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = actions}));
+    agents.push_back(start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    agents[0]->send_signal(SIGUSR1);
+    auto r = wait_nodes(agents);
+    for (int node = 0; node < 2; ++node) {
+        SCOPED_TRACE(fmt::format("node {}", node));
+        const auto& result = r[static_cast<std::size_t>(node)];
+        EXPECT_EQ(result.exit_code, 0) << describe_all(r);
+        auto out = lines_by_rank(result.out);
+        for (int rank : {node * 2, node * 2 + 1})
+            EXPECT_EQ(out[rank], (std::vector<std::string>{"got SIGUSR1",
+                                                           fmt::format("line 0 rank {}", rank)}))
+                << describe_all(r);
+    }
+}
+
 // --- liveness -------------------------------------------------------------------
 
 // Which process of a node the test kills: the ddprun the user started, or the
