@@ -135,6 +135,7 @@ struct Agent::Impl {
     void kill_now();
     void finish_round_if_done();
     void publish_failure(FailureRecord record);
+    void publish_signal(int signal, std::string message);
 
     std::string open_coordinator();
     std::expected<RoundInfo, int> join_round();
@@ -206,16 +207,8 @@ void Agent::Impl::on_signal(int signal) {
             fmt::format("the ddprun of node {} ({}) was killed (SIGKILL)", node_rank, ctx.host);
         if (phase == Phase::Joining && coordinator) {
             coordinator->abort(round, why, exit_code::kSignalBase + SIGKILL);
-        } else if (coordinator) {
-            FailureRecord record;
-            record.kind = FailureKind::Signal;
-            record.node_rank = node_rank;
-            record.host = ctx.host;
-            record.pid = ::getpid();
-            record.exit_code = exit_code::kSignalBase + SIGKILL;
-            record.time_ms = now_ms();
-            record.message = why;
-            publish_failure(std::move(record));
+        } else {
+            publish_signal(SIGKILL, why);
         }
         kill_now();
         return;
@@ -235,16 +228,8 @@ void Agent::Impl::on_signal(int signal) {
                          signal_name(signal));
             stop_signal = signal;
             begin_stop(signal);
-            FailureRecord record;
-            record.kind = FailureKind::Signal;
-            record.node_rank = node_rank;
-            record.host = ctx.host;
-            record.pid = ::getpid();
-            record.exit_code = exit_code::kSignalBase + signal;
-            record.time_ms = now_ms();
-            record.message = fmt::format("the ddprun agent of node {} ({}) received {}", node_rank,
-                                         ctx.host, signal_name(signal));
-            publish_failure(std::move(record));
+            publish_signal(signal, fmt::format("the ddprun agent of node {} ({}) received {}",
+                                               node_rank, ctx.host, signal_name(signal)));
         } else if (phase == Phase::Stopping) {
             spdlog::info("received {} again; killing workers", signal_name(signal));
             if (!stop_signal) stop_signal = signal;
@@ -262,6 +247,19 @@ void Agent::Impl::forward_to_workers(int signal) {
     spdlog::debug("forwarding {} to workers", signal_name(signal));
     for (auto& w : workers)
         if (w.running) signal_worker_group(w.pid, signal);
+}
+
+// The other nodes stop with this agent's signal as the job's exit code (128+N).
+void Agent::Impl::publish_signal(int signal, std::string message) {
+    FailureRecord record;
+    record.kind = FailureKind::Signal;
+    record.node_rank = node_rank;
+    record.host = ctx.host;
+    record.pid = ::getpid();
+    record.exit_code = exit_code::kSignalBase + signal;
+    record.time_ms = now_ms();
+    record.message = std::move(message);
+    publish_failure(std::move(record));
 }
 
 void Agent::Impl::publish_failure(FailureRecord record) {

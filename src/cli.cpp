@@ -11,6 +11,7 @@
 // as a map.
 
 #include "ddprun/cli.hpp"
+#include "ddprun/text.hpp"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -152,14 +153,6 @@ std::string lower(std::string_view text) {
     return out;
 }
 
-std::string_view trim(std::string_view text) {
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
-        text.remove_prefix(1);
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
-        text.remove_suffix(1);
-    return text;
-}
-
 std::vector<std::string_view> split(std::string_view text, char separator) {
     std::vector<std::string_view> parts;
     while (true) {
@@ -170,7 +163,7 @@ std::vector<std::string_view> split(std::string_view text, char separator) {
     }
 }
 
-std::optional<long long> to_integer(std::string_view text) {
+std::optional<long long> to_flag_integer(std::string_view text) {
     text = trim(text);
     if (text.starts_with('+')) text.remove_prefix(1);
     long long value = 0;
@@ -398,7 +391,7 @@ Parsed<bool> parse_switch(const Setting& s) {
 
 Parsed<int> parse_int(const Setting& s, long long min, long long max, std::string_view example) {
     if (trim(s.value).empty()) return std::unexpected(s.error("missing value", example));
-    auto value = to_integer(s.value);
+    auto value = to_flag_integer(s.value);
     if (!value) return std::unexpected(s.error("not a number", example));
     if (*value < min)
         return std::unexpected(s.error(fmt::format("must be at least {}", min), example));
@@ -410,8 +403,8 @@ Parsed<int> parse_int(const Setting& s, long long min, long long max, std::strin
 Parsed<int> parse_nnodes(const Setting& s) {
     auto colon = s.value.find(':');
     if (colon == std::string::npos) return parse_int(s, 1, k_max_nnodes, "2");
-    auto min = to_integer(std::string_view(s.value).substr(0, colon));
-    auto max = to_integer(std::string_view(s.value).substr(colon + 1));
+    auto min = to_flag_integer(std::string_view(s.value).substr(0, colon));
+    auto max = to_flag_integer(std::string_view(s.value).substr(colon + 1));
     if (!min || !max) return std::unexpected(s.error("expected N or MIN:MAX", "2"));
     if (*min < 1) return std::unexpected(s.error("MIN must be at least 1", "2"));
     if (*min > *max)
@@ -430,7 +423,7 @@ Parsed<NprocSpec> parse_nproc(const Setting& s) {
     if (word == "gpu") return NprocSpec{NprocKind::Gpu, 1};
     if (word == "cpu") return NprocSpec{NprocKind::Cpu, 1};
     if (word == "auto") return NprocSpec{NprocKind::Auto, 1};
-    if (!word.empty() && !to_integer(word))
+    if (!word.empty() && !to_flag_integer(word))
         return std::unexpected(s.error("expected a number, gpu, cpu or auto", "8"));
     auto count = parse_int(s, 1, k_max_nproc, "8");
     if (!count) return std::unexpected(count.error());
@@ -438,7 +431,7 @@ Parsed<NprocSpec> parse_nproc(const Setting& s) {
 }
 
 Parsed<int> parse_port(const Setting& s) {
-    auto value = to_integer(s.value);
+    auto value = to_flag_integer(s.value);
     if (value && (*value < 0 || *value > 65535))
         return std::unexpected(
             s.error_hint("must be a port number 0-65535",
@@ -491,7 +484,7 @@ Parsed<std::string> parse_endpoint(const Setting& s) {
     }  // more colons: a bare IPv6 address without a port
     if (host.empty()) return std::unexpected(s.error("missing host", "node0:29400"));
     if (port) {
-        auto number = to_integer(*port);
+        auto number = to_flag_integer(*port);
         if (!number || *number < 0 || *number > 65535)
             return std::unexpected(
                 s.error(fmt::format("port {} is not 0-65535", *port), "node0:29400"));
@@ -540,7 +533,7 @@ Parsed<StreamSelection> parse_streams(const Setting& s) {
     StreamSelection selection;
     std::string_view value = trim(s.value);
     if (value.find(':') == std::string_view::npos) {
-        auto mask = to_integer(value);
+        auto mask = to_flag_integer(value);
         if (!mask || *mask < 0 || *mask > 3) return bad();
         selection.all = static_cast<unsigned>(*mask);
         return selection;
@@ -548,8 +541,8 @@ Parsed<StreamSelection> parse_streams(const Setting& s) {
     for (std::string_view pair : split(value, ',')) {
         auto colon = pair.find(':');
         if (colon == std::string_view::npos) return bad();
-        auto rank = to_integer(pair.substr(0, colon));
-        auto mask = to_integer(pair.substr(colon + 1));
+        auto rank = to_flag_integer(pair.substr(0, colon));
+        auto mask = to_flag_integer(pair.substr(colon + 1));
         if (!rank || !mask || *rank < 0 || *rank > INT_MAX || *mask < 0 || *mask > 3) return bad();
         if (!selection.per_rank.emplace(static_cast<int>(*rank), static_cast<unsigned>(*mask))
                  .second)
@@ -563,7 +556,7 @@ Parsed<std::optional<std::set<int>>> parse_rank_filter(const Setting& s) {
     if (trim(s.value).empty()) return std::optional<std::set<int>>{};
     std::set<int> ranks;
     for (std::string_view item : split(s.value, ',')) {
-        auto rank = to_integer(item);
+        auto rank = to_flag_integer(item);
         if (!rank || *rank < 0 || *rank > INT_MAX)
             return std::unexpected(s.error("expected local ranks separated by commas", "0,2"));
         ranks.insert(static_cast<int>(*rank));
@@ -926,7 +919,7 @@ std::expected<std::vector<int>, UsageError> parse_signal_list(const std::string&
     for (std::string_view item : split(value, ',')) {
         item = trim(item);
         std::optional<int> number;
-        if (auto integer = to_integer(item)) {
+        if (auto integer = to_flag_integer(item)) {
             if (*integer >= 1 && *integer <= SIGRTMAX) number = static_cast<int>(*integer);
         } else {
             std::string upper = env_suffix(item);

@@ -8,6 +8,7 @@
 // a multi-node allocation's batch script) are refused with the fix.
 
 #include "ddprun/scheduler_env.hpp"
+#include "ddprun/text.hpp"
 
 #include <fmt/format.h>
 
@@ -28,22 +29,6 @@ using Failure = std::unexpected<UsageError>;
 // Slurm's ids for steps that are not an srun step: the batch script (…294),
 // the extern step (…295) and an interactive salloc shell (…290) and above.
 constexpr long long k_first_special_step_id = 4294967290LL;
-
-std::string_view trim(std::string_view text) {
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
-        text.remove_prefix(1);
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
-        text.remove_suffix(1);
-    return text;
-}
-
-std::optional<long long> to_integer(std::string_view text) {
-    text = trim(text);
-    long long value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
-    return value;
-}
 
 // A variable as set; empty counts as unset, as for DDPRUN_ and PET_ variables
 // (job templates often export empty ones).

@@ -2,6 +2,7 @@
 // or hwloc: the few files needed are plain text, and a fake tree in a temp dir
 // is then all a test needs to be any machine.
 #include "ddprun/topology.hpp"
+#include "ddprun/text.hpp"
 
 #include <fmt/format.h>
 #include <sched.h>
@@ -27,22 +28,6 @@ std::optional<std::string> read_file(const fs::path& path) {
     std::ostringstream text;
     text << in.rdbuf();
     return text.str();
-}
-
-std::string_view trim(std::string_view text) {
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
-        text.remove_prefix(1);
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
-        text.remove_suffix(1);
-    return text;
-}
-
-std::optional<long long> to_integer(std::string_view text, int base = 10) {
-    text = trim(text);
-    long long value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
-    if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
-    return value;
 }
 
 std::optional<int> read_int(const fs::path& path) {
