@@ -233,6 +233,7 @@ void Agent::Impl::on_signal(int signal) {
         } else if (phase == Phase::Stopping) {
             spdlog::info("received {} again; killing workers", signal_name(signal));
             if (!stop_signal) stop_signal = signal;
+            if (coordinator) coordinator->publish_kill(round);
             kill_now();
         }
         return;
@@ -500,6 +501,11 @@ std::expected<RoundInfo, int> Agent::Impl::join_round() {
     info.master_addr = membership.master_addr;
     info.master_port = membership.master_port;
     info.restart_count = round;
+    coordinator->on_kill([this] {
+        if (phase != Phase::Stopping) return;
+        spdlog::info("another node was told twice to stop; killing workers");
+        kill_now();
+    });
     if (config.broadcast_signals)
         coordinator->on_broadcast_signal([this](int signal) {
             spdlog::info("{} from another node", signal_name(signal));

@@ -96,8 +96,8 @@ void Coordinator::publish_failure(int round, FailureRecord record) {
         try {
             m_ops_rendezvous->publish_failure(round, record);
         } catch (const StoreError& e) {
-            // The watcher sees the store go too; this only explains why.
-            spdlog::debug("publishing the failure: {}", e.what());
+            // A lost store reaches the watcher too; garbage under our keys does not.
+            give_up(round, std::string("publishing a failure failed: ") + e.what());
         }
     });
 }
@@ -107,9 +107,29 @@ void Coordinator::publish_finished(int round) {
         try {
             m_ops_rendezvous->publish_finished(round, nnodes());
         } catch (const StoreError& e) {
-            spdlog::debug("publishing the end of this node's workers: {}", e.what());
+            // E.g. a stray client wrote garbage under the round's keys: the barrier can never
+            // complete, so the round ends now, on every node, saying why.
+            give_up(round, std::string("the exit barrier failed: ") + e.what());
         }
     });
+}
+
+void Coordinator::publish_kill(int round) {
+    asio::post(*m_ops, [this, round] {
+        try {
+            m_ops_store->set(m_ops_rendezvous->key(round, "kill"), "1");
+        } catch (const StoreError& e) {
+            spdlog::debug("asking the other nodes to kill their workers: {}", e.what());
+        }
+    });
+}
+
+void Coordinator::give_up(int round, const std::string& message) {
+    try {
+        m_ops_rendezvous->abort(round, nnodes(), message, exit_code::kRendezvous);
+    } catch (const StoreError& e) {
+        spdlog::debug("aborting the round: {}", e.what());
+    }
 }
 
 void Coordinator::abort(int round, const std::string& message, int exit_code) {
@@ -203,6 +223,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     bool reported = false;
     std::int64_t seq = 0;
     std::int64_t signals_seen = 0;
+    bool kill_seen = false;
     std::unique_lock lock(m_mutex);
     while (!m_closing) {
         lock.unlock();
@@ -211,6 +232,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             if (m_round != round) {
                 round = m_round;
                 signals_seen = 0;
+                kill_seen = false;
                 std::vector<int> watched;
                 if (host) {
                     for (int node = 0; node < nnodes(); ++node)
@@ -222,6 +244,10 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 reported = false;
             }
             rendezvous.beat(round, node_rank, ++seq);
+            if (m_on_kill && !kill_seen && store->check({rendezvous.key(round, "kill")})) {
+                kill_seen = true;
+                asio::post(m_io, [this] { m_on_kill(); });
+            }
             if (m_on_signal) {
                 // Signals other agents broadcast since the last beat (--broadcast-signals).
                 std::int64_t count = store->add(rendezvous.key(round, "signals"), 0);

@@ -96,10 +96,17 @@ class Coordinator {
     void broadcast_signal(int round, int node_rank, int signal);
     void on_broadcast_signal(SignalHandler on_signal) { m_on_signal = std::move(on_signal); }
 
+    // A second stop signal to one agent kills the workers of every node at once:
+    // publish_kill() asks, the heartbeat thread of each agent notices within a
+    // heartbeat interval and calls `on_kill` (on the loop).
+    void publish_kill(int round);
+    void on_kill(std::function<void()> on_kill) { m_on_kill = std::move(on_kill); }
+
   private:
     Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store);
     void heartbeat_loop(int node_rank, LostHandler on_lost);
     void stop_watcher();
+    void give_up(int round, const std::string& message);  // abort on the operations thread
 
     boost::asio::io_context& m_io;
     Options m_options;
@@ -114,6 +121,7 @@ class Coordinator {
     std::atomic<bool> m_closing{false};
     std::atomic<bool> m_watch_cancelled{false};  // the round ended: the watcher returns
     SignalHandler m_on_signal;
+    std::function<void()> m_on_kill;
     std::mutex m_mutex;
     std::condition_variable m_wake;
 };
