@@ -15,6 +15,8 @@ packages=(
   nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  # fuzzing (scripts/fuzz.sh) and the network-partition test
+  clang-14 libclang-rt-14-dev iproute2
   procps time git
   # the multi-node store (c10d::TCPStore) and the C++ example
   libtorch-dev libgloo-dev

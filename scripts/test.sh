@@ -21,6 +21,10 @@ cmake --build "$build_dir" -j"$jobs"
 timeout --kill-after=30 1800 \
   ctest --test-dir "$build_dir" --output-on-failure -j2 --timeout 300
 
+# Every parser of outside input under libFuzzer for a bounded time (scripts/fuzz.sh);
+# a crashing input is saved under tests/fuzz/regressions and fails the run.
+FUZZ_SECONDS=${FUZZ_SECONDS:-15} JOBS="$jobs" timeout --kill-after=30 900 bash scripts/fuzz.sh
+
 # Formatting is checked after the tests so that a misplaced space does not
 # hide a real failure.
 mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.hpp' '*.h')

@@ -154,6 +154,11 @@ void Agent::Impl::end_round() {
         coordinator->end_round(round, node_rank, std::chrono::milliseconds(0));
         return;
     }
+    // The store is gone: nobody to tell, nothing to wait for.
+    if (stop_event && stop_event->kind == StopEvent::Kind::StoreLost) {
+        coordinator->end_round(round, node_rank, std::chrono::milliseconds(0), {}, false);
+        return;
+    }
     std::vector<int> lost;
     if (stop_event && stop_event->kind == StopEvent::Kind::Failure &&
         stop_event->failure.kind == FailureKind::NodeLost)
@@ -629,6 +634,7 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
         spdlog::error("{} process(es) left by the workers did not die after SIGKILL", left);
     mux->drain_and_close_all();
     if (!mux->file_error().empty()) spdlog::error("{}", mux->file_error());
+    if (!mux->console_error().empty()) spdlog::error("{}", mux->console_error());
 
     if (!spawn_error.empty()) return {RoundResult::Kind::Aborted, exit_code::kInternal};
     return round_result();

@@ -141,10 +141,11 @@ void Coordinator::abort(int round, const std::string& message, int exit_code) {
 }
 
 void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds bound,
-                            const std::vector<int>& lost) {
+                            const std::vector<int>& lost, bool store_alive) {
     // The round may end without a stop (this agent was killed): the watcher must not wait.
     m_watch_cancelled = true;
     stop_watcher();
+    if (!store_alive) return;  // a call to a dead store could block until its timeout
     try {
         for (int node : lost) m_rendezvous->acknowledge(round, node, nnodes());
         m_rendezvous->acknowledge(round, node_rank, nnodes());

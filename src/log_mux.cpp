@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
@@ -295,8 +296,13 @@ struct LogMux::Impl {
             skip = 0;
         }
         console.owner = stream.splitter.mid_line() ? &stream : nullptr;
-        if (write_all(console.fd, output.data() + skip, output.size() - skip) != 0) {
+        if (int error = write_all(console.fd, output.data() + skip, output.size() - skip)) {
             console.failed = true;
+            if (console_error.empty())
+                console_error = fmt::format(
+                    "writing worker output to ddprun's {}: {}; the workers ran on, and their "
+                    "output from then on was not shown (use --log_dir to keep it)",
+                    console.fd == options.stderr_fd ? "stderr" : "stdout", std::strerror(error));
         }
     }
 
@@ -421,6 +427,7 @@ struct LogMux::Impl {
     std::size_t open_streams = 0;
     std::size_t bytes_carried = 0;
     std::string file_error;
+    std::string console_error;
 };
 
 namespace {
@@ -548,6 +555,10 @@ bool LogMux::all_closed() const {
 
 const std::string& LogMux::file_error() const {
     return m_impl->file_error;
+}
+
+const std::string& LogMux::console_error() const {
+    return m_impl->console_error;
 }
 
 std::size_t LogMux::bytes_carried() const {

@@ -27,6 +27,10 @@
 //                           reading actions (the rest is data)
 //   write-error-file <msg>  write torch's @record JSON to $TORCHELASTIC_ERROR_FILE
 //   stdout-close            close stdout
+//   huge-line <bytes>       <bytes> bytes of 'h' on stdout and no newline, in 64 KiB writes
+//   read-stdin              read stdin to its end (30 s at most), then print
+//                           "stdin: eof after <n> bytes" (or "stdin: <error>"); exits 96
+//                           with "stdin: still open" on stderr if it never ends
 //   if-rank <r> <action...>        run the next action only when RANK == r
 //   if-local-rank <r> <action...>  ... only when LOCAL_RANK == r
 //   if-restart <n> <action...>     ... only when TORCHELASTIC_RESTART_COUNT == n
@@ -38,6 +42,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -61,6 +66,7 @@
 namespace {
 
 constexpr int k_usage_exit = 64;
+constexpr int k_stdin_timeout_exit = 96;
 constexpr int k_wait_file_timeout_exit = 97;
 constexpr int k_wait_signal_timeout_exit = 98;
 constexpr std::chrono::seconds k_wait_bound{30};
@@ -280,6 +286,42 @@ void flood(int count) {
     write_all(1, buffer);
 }
 
+void huge_line(int bytes) {
+    const std::string chunk(64 * 1024, 'h');
+    for (int left = bytes; left > 0;) {
+        int now = std::min(left, static_cast<int>(chunk.size()));
+        write_all(1, std::string_view(chunk).substr(0, static_cast<std::size_t>(now)));
+        left -= now;
+    }
+}
+
+void read_stdin() {
+    // Bounded: a worker handed a terminal or an open pipe would block here for
+    // good, which is the fault the tests look for.
+    std::size_t total = 0;
+    char buffer[4096];
+    auto deadline = std::chrono::steady_clock::now() + k_wait_bound;
+    for (;;) {
+        pollfd pfd{0, POLLIN, 0};
+        int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        deadline - std::chrono::steady_clock::now())
+                                        .count());
+        if (left <= 0 || ::poll(&pfd, 1, left) == 0) {
+            write_all(2, "stdin: still open\n");
+            std::_Exit(k_stdin_timeout_exit);
+        }
+        ssize_t n = ::read(0, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            write_all(1, std::string("stdin: ") + std::strerror(errno) + "\n");
+            return;
+        }
+        if (n == 0) break;
+        total += static_cast<std::size_t>(n);
+    }
+    write_all(1, "stdin: eof after " + std::to_string(total) + " bytes\n");
+}
+
 void wait_signal() {
     sigset_t set;
     sigemptyset(&set);
@@ -358,14 +400,14 @@ class Interpreter {
             return at + (new_session ? 2 : 1);
         }
         if (action == "ignore-term" || action == "wait-signal" || action == "env" ||
-            action == "stdout-close") {
+            action == "stdout-close" || action == "read-stdin") {
             if (execute) run_plain(action);
             return at + 1;
         }
         static constexpr std::string_view k_with_value[] = {
             "print",     "stderr",    "partial", "partial-stderr",   "flood",
             "exit",      "raise",     "sleep",   "ignore",           "trap",
-            "trap-exit", "wait-file", "ready",   "write-error-file",
+            "trap-exit", "wait-file", "ready",   "write-error-file", "huge-line",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {
@@ -385,6 +427,8 @@ class Interpreter {
             print_env();
         } else if (action == "stdout-close") {
             ::close(1);
+        } else if (action == "read-stdin") {
+            read_stdin();
         }
     }
 
@@ -404,6 +448,8 @@ class Interpreter {
             write_all(2, value);
         } else if (action == "flood") {
             flood(parse_int(value));
+        } else if (action == "huge-line") {
+            huge_line(parse_int(value));
         } else if (action == "exit") {
             std::_Exit(parse_int(value));
         } else if (action == "raise") {

@@ -77,7 +77,7 @@ class Coordinator {
     // pulls the store from under a slower node. Nodes in `lost` (declared dead
     // by heartbeat) are acknowledged on their behalf: nobody waits for them.
     void end_round(int round, int node_rank, std::chrono::milliseconds bound,
-                   const std::vector<int>& lost = {});
+                   const std::vector<int>& lost = {}, bool store_alive = true);
 
     // Agents of different jobs (--rdzv_id) on one store never meet under their
     // own keys; one key outside every job's namespace tells them apart. On a

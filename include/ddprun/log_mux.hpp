@@ -95,6 +95,10 @@ class LogMux {
     // mux keeps carrying output to the console after such an error.
     const std::string& file_error() const;
 
+    // First console write error (e.g. EPIPE: ddprun's stdout was closed), as one
+    // line for the user: "" when none. Workers keep running regardless.
+    const std::string& console_error() const;
+
     std::size_t bytes_carried() const;
 
   private:

@@ -1,0 +1,129 @@
+// The bodies of the fuzz targets: one check per parser that reads outside
+// input (the command line and PET_* environment, torch's error file, the
+// records agents exchange through the store, Slurm host lists). Shared by the
+// libFuzzer entry point (fuzz_target.cpp, clang only) and the replay of saved
+// inputs (test_fuzz_regressions.cpp, every build), so an input that once broke
+// a parser stays a test without clang.
+//
+// A check runs one input through one parser and verifies what the parser
+// promises for any input: it returns (never throws, never crashes), an error
+// is one non-empty line, and a record that parses survives a round trip
+// through its own serialisation. It returns "" or what was broken; the
+// sanitizers of the fuzz build catch the rest (overflows, UB, leaks).
+#pragma once
+
+#include <exception>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ddprun/cli.hpp"
+#include "ddprun/hostlist.hpp"
+#include "ddprun/rendezvous.hpp"
+#include "ddprun/report.hpp"
+
+namespace ddprun_fuzz {
+
+inline std::string check_one_line(std::string_view what, const std::string& message) {
+    if (message.empty()) return std::string(what) + ": empty error message";
+    if (message.find('\n') != std::string::npos) {
+        return std::string(what) + ": error message of more than one line: " + message;
+    }
+    return {};
+}
+
+// The input is the command line, one argument per line; a line "$NAME=VALUE"
+// is an environment variable instead (PET_NNODES=..., SLURM_JOB_NODELIST=...).
+inline std::string check_command_line(std::string_view data) {
+    std::vector<std::string> args;
+    ddprun::Environment env;
+    while (!data.empty()) {
+        auto end = data.find('\n');
+        std::string_view line = data.substr(0, end);
+        data.remove_prefix(end == std::string_view::npos ? data.size() : end + 1);
+        if (line.starts_with('$')) {
+            auto eq = line.find('=');
+            if (eq == std::string_view::npos) continue;
+            env[std::string(line.substr(1, eq - 1))] = std::string(line.substr(eq + 1));
+        } else {
+            args.emplace_back(line);
+        }
+    }
+    try {
+        auto parsed = ddprun::parse_command_line(args, env);
+        if (!parsed) return check_one_line("parse_command_line", parsed.error().message);
+        if (parsed->action == ddprun::CommandLine::Action::Run) {
+            const ddprun::LaunchConfig& config = parsed->config;
+            if (config.nnodes < 1) return "parse_command_line accepted nnodes < 1";
+            if (config.node_rank && (*config.node_rank < 0 || *config.node_rank >= config.nnodes))
+                return "parse_command_line accepted a node_rank outside 0..nnodes-1";
+        }
+    } catch (const std::exception& error) {
+        return std::string("parse_command_line threw: ") + error.what();
+    }
+    return {};
+}
+
+inline std::string check_error_file(std::string_view data) {
+    try {
+        (void)ddprun::parse_error_file(data);
+    } catch (const std::exception& error) {
+        return std::string("parse_error_file threw: ") + error.what();
+    }
+    return {};
+}
+
+// A record that parses must serialise to text that parses to the same record.
+template <class Record, class Parse>
+std::string check_round_trip(std::string_view what, std::string_view data, Parse parse) {
+    try {
+        auto parsed = parse(data);
+        if (!parsed) return check_one_line(what, parsed.error());
+        std::string once = ddprun::to_json(*parsed);
+        auto again = parse(once);
+        if (!again) return std::string(what) + " rejects its own output: " + once;
+        std::string twice = ddprun::to_json(*again);
+        if (once != twice) {
+            return std::string(what) + " round trip changed the record: " + once + " -> " + twice;
+        }
+    } catch (const std::exception& error) {
+        return std::string(what) + " threw: " + error.what();
+    }
+    return {};
+}
+
+inline std::string check_node_info(std::string_view data) {
+    return check_round_trip<ddprun::NodeInfo>("parse_node_info", data, ddprun::parse_node_info);
+}
+
+inline std::string check_failure_record(std::string_view data) {
+    return check_round_trip<ddprun::FailureRecord>("parse_failure_record", data,
+                                                   ddprun::parse_failure_record);
+}
+
+inline std::string check_hostlist(std::string_view data) {
+    try {
+        auto hosts = ddprun::expand_hostlist(data);
+        if (!hosts) return check_one_line("expand_hostlist", hosts.error());
+        if (hosts->size() > ddprun::k_max_hostlist_hosts) {
+            return "expand_hostlist returned more than k_max_hostlist_hosts hosts";
+        }
+    } catch (const std::exception& error) {
+        return std::string("expand_hostlist threw: ") + error.what();
+    }
+    return {};
+}
+
+struct Target {
+    std::string_view name;  // also the directory of its corpus and regressions
+    std::string (*check)(std::string_view);
+};
+
+inline constexpr Target k_targets[] = {
+    {"cli", check_command_line},    {"error_file", check_error_file},
+    {"node_info", check_node_info}, {"failure_record", check_failure_record},
+    {"hostlist", check_hostlist},
+};
+
+}  // namespace ddprun_fuzz
