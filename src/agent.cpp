@@ -108,6 +108,7 @@ struct Agent::Impl {
     signalfd_siginfo signal_info{};
     asio::steady_timer grace_timer{io};
     asio::steady_timer barrier_timer{io};
+    asio::steady_timer stall_timer{io};  // multi-node: notices a store that stopped answering
     UniqueFd dev_null;
     std::unique_ptr<Coordinator> coordinator;         // multi-node only
     std::optional<PortReservation> port_reservation;  // MASTER_PORT, held for the round
@@ -136,6 +137,7 @@ struct Agent::Impl {
     void finish_round_if_done();
     void publish_failure(FailureRecord record);
     void publish_signal(int signal, std::string message);
+    void watch_store();
 
     std::string open_coordinator();
     std::expected<RoundInfo, int> join_round();
@@ -253,6 +255,26 @@ void Agent::Impl::forward_to_workers(int signal) {
     spdlog::debug("forwarding {} to workers", signal_name(signal));
     for (auto& w : workers)
         if (w.running) signal_worker_group(w.pid, signal);
+}
+
+// The heartbeat thread cannot report a store call that never returns; this timer can.
+void Agent::Impl::watch_store() {
+    stall_timer.expires_after(coordinator->options().heartbeat_timeout / 5);
+    stall_timer.async_wait([this](boost::system::error_code ec) {
+        if (ec || phase == Phase::Done) return;
+        if (coordinator->store_stalled()) {
+            StopEvent lost;
+            lost.kind = StopEvent::Kind::StoreLost;
+            lost.message = fmt::format(
+                "the rendezvous store stopped answering (no reply for over {} s: its host is "
+                "frozen or cut off)",
+                coordinator->options().heartbeat_timeout.count() / 1000);
+            lost.exit_code = exit_code::kRendezvous;
+            on_round_stop(std::move(lost));
+            return;
+        }
+        watch_store();
+    });
 }
 
 // The other nodes stop with this agent's signal as the job's exit code (128+N).
@@ -392,6 +414,7 @@ void Agent::Impl::finish_round_if_done() {
     phase = Phase::Done;
     grace_timer.cancel();
     barrier_timer.cancel();
+    stall_timer.cancel();
     io.stop();
 }
 
@@ -490,8 +513,22 @@ std::expected<RoundInfo, int> Agent::Impl::join_round() {
     coordinator->join(round, node_rank, master_port,
                       [this](auto result) { joined = std::move(result); });
     io.restart();
+    // The join is bounded by join_timeout, but c10d 1.13 leaves some store calls without a
+    // bound (a listener that never answers): past the timeout, give up on the store.
+    asio::steady_timer join_guard(io);
+    join_guard.expires_after(coordinator->options().join_timeout + std::chrono::seconds(5));
+    join_guard.async_wait([this](boost::system::error_code ec) {
+        if (ec || joined) return;
+        coordinator->abandon();
+        joined = std::unexpected(RendezvousError{
+            fmt::format("the rendezvous store at --rdzv_endpoint did not answer within the "
+                        "join timeout ({} s); is something else listening on that port?",
+                        coordinator->options().join_timeout.count() / 1000),
+            exit_code::kRendezvous});
+    });
     // Signals are still handled while the join is in flight (a Ctrl-C aborts it).
     while (!joined) io.run_one();
+    join_guard.cancel();
     phase = Phase::Done;
     if (!*joined) {
         if (stop_signal) return std::unexpected(exit_code::kSignalBase + stop_signal);
@@ -607,8 +644,10 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     stop_signal = 0;
     failure_published = false;
     stop_event.reset();
-    if (coordinator)
+    if (coordinator) {
         coordinator->watch(round, [this](StopEvent e) { on_round_stop(std::move(e)); });
+        watch_store();
+    }
 
     std::string spawn_error = start_workers();
     spdlog::debug("round {}: {} worker(s) started, MASTER_ADDR={} MASTER_PORT={}", round, running,
@@ -728,7 +767,8 @@ int Agent::run() {
                 auto joined = impl.join_round();
                 if (!joined) {
                     // The others must read why before the store's host goes away.
-                    impl.coordinator->end_round(impl.round, impl.node_rank, k_join_linger_bound);
+                    impl.coordinator->end_round(impl.round, impl.node_rank, k_join_linger_bound, {},
+                                                !impl.coordinator->store_stalled());
                     return joined.error();
                 }
                 info = *joined;

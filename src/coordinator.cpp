@@ -39,9 +39,34 @@ Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<
     m_ops = std::make_unique<asio::thread_pool>(1);
 }
 
+namespace {
+std::int64_t steady_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+}  // namespace
+
+bool Coordinator::store_stalled() const {
+    std::int64_t done = m_beat_done_ms;
+    return m_abandoned || (done != 0 && steady_ms() - done > m_options.heartbeat_timeout.count());
+}
+
 Coordinator::~Coordinator() {
     m_closing = true;
     m_wake.notify_all();
+    if (store_stalled()) {
+        // Threads blocked forever in a store call: abandon them with what they use; the
+        // agent's process exits right after this.
+        if (m_heartbeat.joinable()) m_heartbeat.detach();
+        if (m_watcher.joinable()) m_watcher.detach();
+        (void)m_ops.release();
+        (void)m_ops_rendezvous.release();
+        (void)m_ops_store.release();
+        (void)m_rendezvous.release();
+        (void)m_store.release();
+        return;
+    }
     if (m_heartbeat.joinable()) m_heartbeat.join();
     stop_watcher();
     m_ops->join();
@@ -225,6 +250,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     std::int64_t seq = 0;
     std::int64_t signals_seen = 0;
     bool kill_seen = false;
+    m_beat_done_ms = steady_ms();
     std::unique_lock lock(m_mutex);
     while (!m_closing) {
         lock.unlock();
@@ -300,6 +326,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             asio::post(m_io, [on_lost, msg] { on_lost(msg); });
             return;
         }
+        m_beat_done_ms = steady_ms();
         lock.lock();
         m_wake.wait_for(lock, interval, [this] { return m_closing.load(); });
     }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <expected>
 #include <functional>
 #include <memory>
@@ -100,6 +101,16 @@ class Coordinator {
     // publish_kill() asks, the heartbeat thread of each agent notices within a
     // heartbeat interval and calls `on_kill` (on the loop).
     void publish_kill(int round);
+
+    // True when the heartbeat thread has been stuck in one store call for longer
+    // than the heartbeat timeout: c10d 1.13 bounds only get and wait, so a store
+    // host that stopped answering (SIGSTOP, a dead link) blocks set() forever.
+    // The agent then gives up on the store; the destructor abandons the stuck
+    // threads instead of joining them (the process exits right after).
+    bool store_stalled() const;
+    // The agent gave up waiting for a store call (e.g. a join to a listener that
+    // never answers): treat the store as stalled from now on.
+    void abandon() { m_abandoned = true; }
     void on_kill(std::function<void()> on_kill) { m_on_kill = std::move(on_kill); }
 
   private:
@@ -121,6 +132,8 @@ class Coordinator {
     std::atomic<bool> m_closing{false};
     std::atomic<bool> m_watch_cancelled{false};  // the round ended: the watcher returns
     SignalHandler m_on_signal;
+    std::atomic<std::int64_t> m_beat_done_ms{0};
+    std::atomic<bool> m_abandoned{false};  // steady clock; 0: heartbeats not started
     std::function<void()> m_on_kill;
     std::mutex m_mutex;
     std::condition_variable m_wake;
