@@ -748,4 +748,30 @@ void IntegrationTest::assert_no_leftovers() {
         5s);
 }
 
+bool contains(const std::string& text, const std::string& needle) {
+    return text.find(needle) != std::string::npos;
+}
+
+std::vector<std::string> non_empty_lines(const std::string& text) {
+    std::vector<std::string> lines;
+    for (auto& line : split_lines(text)) {
+        if (!line.empty()) lines.push_back(line);
+    }
+    return lines;
+}
+
+std::vector<std::string> ddprun_own_lines(const std::string& err) {
+    std::vector<std::string> lines;
+    for (auto& line : non_empty_lines(err)) {
+        if (!split_prefix(line)) lines.push_back(line);
+    }
+    return lines;
+}
+
+std::string ddprun_messages(const std::string& err) {
+    std::string text;
+    for (const auto& line : ddprun_own_lines(err)) text += line + "\n";
+    return text;
+}
+
 }  // namespace ddprun_it

@@ -235,4 +235,13 @@ class IntegrationTest : public ::testing::Test {
     bool m_orphans_allowed_grace = false;
 };
 
+// Output helpers shared by the integration suites.
+bool contains(const std::string& text, const std::string& needle);
+std::vector<std::string> non_empty_lines(const std::string& text);
+// The lines of ddprun's stderr that are not prefixed worker output: its own
+// messages and the summary box.
+std::vector<std::string> ddprun_own_lines(const std::string& err);
+// ddprun's own stderr lines joined: where the summary box is.
+std::string ddprun_messages(const std::string& err);
+
 }  // namespace ddprun_it

@@ -33,34 +33,6 @@ constexpr int k_rendezvous_exit = 75;
 // for a grace it should not need) fails the test instead of stalling it.
 constexpr Milliseconds k_node_guard = 30s;
 
-bool contains(const std::string& text, const std::string& needle) {
-    return text.find(needle) != std::string::npos;
-}
-
-std::vector<std::string> non_empty_lines(const std::string& text) {
-    std::vector<std::string> lines;
-    for (auto& line : split_lines(text)) {
-        if (!line.empty()) lines.push_back(line);
-    }
-    return lines;
-}
-
-// ddprun's own stderr lines (its messages and the summary box), without the
-// workers' prefixed output.
-std::vector<std::string> ddprun_own_lines(const std::string& err) {
-    std::vector<std::string> lines;
-    for (auto& line : non_empty_lines(err)) {
-        if (!split_prefix(line)) lines.push_back(line);
-    }
-    return lines;
-}
-
-std::string ddprun_messages(const std::string& err) {
-    std::string text;
-    for (const auto& line : ddprun_own_lines(err)) text += line + "\n";
-    return text;
-}
-
 // ddprun's own lines that mention every one of `needles`.
 std::vector<std::string> own_lines_with(const std::string& err,
                                         const std::vector<std::string>& needles) {

@@ -65,38 +65,10 @@ const std::string k_store_client;
 
 // --- output helpers -------------------------------------------------------------
 
-bool contains(const std::string& text, const std::string& needle) {
-    return text.find(needle) != std::string::npos;
-}
-
-std::vector<std::string> non_empty_lines(const std::string& text) {
-    std::vector<std::string> lines;
-    for (auto& line : split_lines(text)) {
-        if (!line.empty()) lines.push_back(line);
-    }
-    return lines;
-}
-
-// ddprun's own stderr lines (its messages, the summary box), without the
-// workers' prefixed output.
-std::vector<std::string> own_lines(const std::string& err) {
-    std::vector<std::string> lines;
-    for (auto& line : non_empty_lines(err)) {
-        if (!split_prefix(line)) lines.push_back(line);
-    }
-    return lines;
-}
-
-std::string own_messages(const std::string& err) {
-    std::string text;
-    for (const auto& line : own_lines(err)) text += line + "\n";
-    return text;
-}
-
 // "ddprun: error: ..." lines: what ddprun says went wrong.
 std::vector<std::string> error_lines(const std::string& err) {
     std::vector<std::string> lines;
-    for (auto& line : own_lines(err)) {
+    for (auto& line : ddprun_own_lines(err)) {
         if (line.starts_with("ddprun: error:")) lines.push_back(line);
     }
     return lines;
@@ -825,7 +797,7 @@ void expect_agent_outcome(const WorkerFault& fault, const RunResult& r,
     EXPECT_FALSE(r.timed_out) << "a hang\n" << all;
     EXPECT_EQ(r.exit_code, fault.exit_code) << all;
     EXPECT_EQ(crash_sign(r.err), "") << all;
-    std::string messages = own_messages(r.err);
+    std::string messages = ddprun_messages(r.err);
     for (const auto& mention : fault.summary) {
         EXPECT_TRUE(contains(messages, substitute_victim(mention, victim)))
             << "the summary must mention '" << substitute_victim(mention, victim) << "'\n"
@@ -1082,7 +1054,7 @@ TEST_F(AgentFaults, OwnStdoutClosedWorkersRunOnAndItIsReported) {
             << "rank " << rank << " did not run to its end\n"
             << err_text;
     }
-    auto lines = own_lines(err_text);
+    auto lines = ddprun_own_lines(err_text);
     bool reported = std::any_of(lines.begin(), lines.end(),
                                 [](const std::string& line) { return contains(line, "stdout"); });
     EXPECT_TRUE(reported) << "ddprun must say that its stdout was lost\n" << err_text;
@@ -1327,7 +1299,7 @@ TEST_F(TwoAgentFaults, OwnStdoutClosedOnOneNodeWorkersRunOnAndItIsReported) {
     EXPECT_EQ(*code1, 0) << err1;
     auto err_lines = lines_by_rank(err1);
     for (int rank : {2, 3}) EXPECT_EQ(lines_of(err_lines, rank), numbered("err", 1, rank)) << err1;
-    auto lines = own_lines(err1);
+    auto lines = ddprun_own_lines(err1);
     EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
                             [](const std::string& line) { return contains(line, "stdout"); }))
         << "node 1 must say that its stdout was lost\n"

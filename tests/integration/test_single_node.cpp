@@ -41,35 +41,6 @@ std::vector<std::string> numbered(const std::string& what, int count, int rank) 
     return lines;
 }
 
-std::vector<std::string> non_empty_lines(const std::string& text) {
-    std::vector<std::string> lines;
-    for (auto& line : split_lines(text)) {
-        if (!line.empty()) lines.push_back(line);
-    }
-    return lines;
-}
-
-bool contains(const std::string& text, const std::string& needle) {
-    return text.find(needle) != std::string::npos;
-}
-
-// The lines of ddprun's stderr that are not prefixed worker output: its own
-// messages and the summary box.
-std::vector<std::string> ddprun_own_lines(const std::string& err) {
-    std::vector<std::string> lines;
-    for (auto& line : non_empty_lines(err)) {
-        if (!split_prefix(line)) lines.push_back(line);
-    }
-    return lines;
-}
-
-// ddprun's own stderr lines joined: where the summary box is.
-std::string ddprun_messages(const std::string& err) {
-    std::string text;
-    for (const auto& line : ddprun_own_lines(err)) text += line + "\n";
-    return text;
-}
-
 class SingleNodeBasics : public IntegrationTest {};
 class SingleNodeEnv : public IntegrationTest {};
 class SingleNodeDevices : public IntegrationTest {};
