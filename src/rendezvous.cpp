@@ -476,6 +476,9 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
         }
 
         m_store.set(key(round, fmt::format("info/{}", me.node_rank)), to_json(me));
+        // The others read node 0's record under "zero", which an abort sets empty: they
+        // must not wait for a node 0 that will never join.
+        if (me.node_rank == 0) m_store.set(key(round, "zero"), to_json(me));
         // Node 0 waits for "joined/<its nnodes>": it learns that enough agents
         // joined even when they disagree on how many are enough.
         std::int64_t joined = m_store.add(key(round, "joined"), 1);
@@ -554,9 +557,11 @@ std::optional<RendezvousError> Rendezvous::collect(int round, const NodeInfo& me
 // Node 0 waits for as many agents as it expects: if this agent expects a
 // different number, one of the two would wait forever. Node 0 checks the rest.
 void Rendezvous::check_node_zero(int round, const NodeInfo& me, Clock::time_point deadline) {
-    const std::string zero_key = key(round, "info/0");
+    const std::string zero_key = key(round, "zero");
     wait_until(m_store, {zero_key}, deadline);
-    auto zero = parse_node_info(m_store.get(zero_key));
+    std::string record = m_store.get(zero_key);
+    if (record.empty()) return;  // aborted, maybe before node 0 joined
+    auto zero = parse_node_info(record);
     if (!zero) {
         abort_join(round, malformed(zero_key, zero.error()), exit_code::kRendezvous,
                    me.fingerprint.nnodes);
@@ -573,9 +578,11 @@ std::string Rendezvous::abort_join(int round, const std::string& message, int ex
                                    int nnodes) {
     std::string result =
         m_store.compare_set(key(round, "result"), "", abort_json(message, exit_code));
-    // Node 0 may be waiting for the others to join rather than for the result.
+    // Node 0 may be waiting for the others to join, the others for node 0, rather than
+    // for the result.
     m_store.set(key(round, fmt::format("joined/{}", nnodes)),
                 json{{"node_rank", -1}, {"nnodes", nnodes}}.dump());
+    m_store.set(key(round, "zero"), "");
     return result;
 }
 

@@ -12,7 +12,7 @@
 // Store::clone().
 //
 // Keys live under "ddprun/<run_id>/r<round>/": assign, claim/<rank>,
-// info/<rank>, joined, joined/<count>, result, stop, finished, ack/<rank>, acks,
+// info/<rank>, zero, joined, joined/<count>, result, stop, finished, ack/<rank>, acks,
 // acked, hb/<rank>. Records are JSON; whatever is found under these keys is
 // parsed defensively: a malformed record is reported as one line naming the
 // key, never as a crash.

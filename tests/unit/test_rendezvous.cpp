@@ -364,6 +364,24 @@ TEST(RendezvousJoin, AbortStopsAgentsStillJoining) {
     }
 }
 
+// Another job's node 0 aborts this job's round (a run id mismatch): node 0
+// never joins, and the agents waiting for it must not wait for join_timeout.
+TEST(RendezvousJoin, AbortReachesAgentsWaitingForNodeZero) {
+    auto store = make_memory_store(20s);
+    std::thread aborter([connection = store->clone()] {
+        std::this_thread::sleep_for(100ms);
+        Rendezvous(*connection, "job").abort(0, 3, "the run id differs", 75);
+    });
+    auto start = std::chrono::steady_clock::now();
+    auto results = join_all(*store, {{node(3, 1), false}, {node(3, 2), false}}, 60s);
+    aborter.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << "waited for the join timeout";
+    for (const auto& result : results) {
+        ASSERT_FALSE(result.joined);
+        EXPECT_EQ(error_of(result), "the run id differs");
+    }
+}
+
 // Node 0 reads every node's record once; every other agent's cost is the
 // same for 2 nodes as for 64.
 TEST(RendezvousJoin, StoreOperationsPerAgentDoNotGrowWithNodes) {
