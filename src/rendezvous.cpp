@@ -501,7 +501,17 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
                 "rendezvous timed out after {} ({})", seconds_text(timeout), error.what())});
         }
     } catch (const StoreError& error) {
-        return std::unexpected(RendezvousError{fmt::format("rendezvous failed: {}", error.what())});
+        RendezvousError failed{fmt::format("rendezvous failed: {}", error.what())};
+        // The store answered but refused (garbage under a key): the others would wait for
+        // this agent until join_timeout, so end the round for everyone with this line.
+        if (error.kind() == StoreError::Kind::Other) {
+            try {
+                abort_join(round, failed.message, failed.exit_code, nnodes);
+                return read_result(round, me);
+            } catch (const StoreError&) {
+            }
+        }
+        return std::unexpected(failed);
     }
 }
 

@@ -1487,6 +1487,8 @@ struct GarbageCase {
     // A failing agent's error names the key (a claim is named as "an
     // unreadable claim" in the duplicate-rank message instead).
     bool names_key = true;
+    // Every agent fails with the line naming the key, at once (not after join_timeout).
+    bool every_agent_names_key = false;
 };
 
 void PrintTo(const GarbageCase& c, std::ostream* os) {
@@ -1561,10 +1563,17 @@ TEST_P(StrayStoreClient, GarbageUnderTheJobsKeysGivesAClearErrorNeverACrash) {
     if (c.names_key && (r[0].exit_code != 0 || r[1].exit_code != 0)) {
         EXPECT_TRUE(named) << "the error must name " << key << "\n" << all;
     }
+    for (std::size_t node = 0; node < 2 && c.every_agent_names_key; ++node) {
+        auto lines = error_lines(r[node].err);
+        EXPECT_TRUE(
+            std::ranges::any_of(lines, [&](const auto& line) { return contains(line, key); }))
+            << "node " << node << " must fail with the line naming " << key << "\n"
+            << all;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Reliability, StrayStoreClient,
-                         ::testing::Values(GarbageCase{"JoinCounter", "joined", false},
+                         ::testing::Values(GarbageCase{"JoinCounter", "joined", false, true, true},
                                            GarbageCase{"RankClaim", "claim/1", false, false},
                                            GarbageCase{"Membership", "result", false},
                                            GarbageCase{"StopRecord", "stop", true},

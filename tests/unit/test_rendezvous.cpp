@@ -442,6 +442,19 @@ TEST(RendezvousJoin, MalformedRecordsGiveOneClearLine) {
     }
 }
 
+// The store refuses an agent's join (a counter that is not a number): every
+// agent fails with that agent's line, at once, rather than node 0 waiting for it.
+TEST(RendezvousJoin, AStoreThatRefusesOneAgentEndsTheJoinForAll) {
+    auto store = make_memory_store(5s);
+    store->set("ddprun/job/r0/joined", "garbage");
+    auto results = join_all(*store, unranked(2), 60s);
+    for (const auto& result : results) {
+        ASSERT_FALSE(result.joined);
+        EXPECT_TRUE(contains(error_of(result), "cannot add to 'ddprun/job/r0/joined'"))
+            << error_of(result);
+    }
+}
+
 // A stray client joins as node 1 with a record that is not one.
 TEST(RendezvousJoin, MalformedNodeRecordIsReportedByEveryAgent) {
     const std::pair<const char*, const char*> cases[] = {
