@@ -15,8 +15,11 @@
 //  - set() gets no reply, so another client may not see the value yet when
 //    it returns;
 //  - add() on a value that is not a number makes the server drop the connection;
+//  - an endpoint that is not a store hangs the client (no answer, no bound) or
+//    kills the process (a reset reaches c10d's own thread): probed first;
 //  - it logs through glog to stderr, between ddprun's own one-line messages.
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <ddprun/store.hpp>
@@ -138,15 +141,17 @@ c10d::TCPStoreOptions tcp_options(int port, bool is_server, std::chrono::millise
 class TcpStore final : public ddprun::Store {
   public:
     // Hosts the store (listening on every address) when is_server; connects
-    // either way. Throws StoreError.
-    TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout)
-        : m_host(std::move(host)), m_port(port), m_timeout(timeout) {
+    // either way. Throws StoreError. `known_store`: a store answered there before
+    // (a clone's), so a silent endpoint is a frozen store, not another program.
+    TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout,
+             bool known_store = false)
+        : m_host(std::move(host)), m_port(port), m_timeout(timeout), m_known_store(known_store) {
         if (is_server) {
             start_server();
             m_host = k_loopback;
         }
         std::lock_guard lock(m_mutex);
-        connected();
+        connected(m_timeout);
     }
 
     ~TcpStore() override {
@@ -208,18 +213,21 @@ class TcpStore final : public ddprun::Store {
             if (!check(keys)) throw_wait_timeout(keys, timeout);
             return;
         }
-        run("wait for", keys.front(), [&](c10d::TCPStore& client) {
-            try {
-                client.wait(keys, timeout);
-            } catch (const c10::Error& e) {
-                if (!contains(e.what_without_backtrace(), "Timeout")) throw;
-                throw_wait_timeout(keys, timeout);
-            }
-        });
+        run(
+            "wait for", keys.front(),
+            [&](c10d::TCPStore& client) {
+                try {
+                    client.wait(keys, timeout);
+                } catch (const c10::Error& e) {
+                    if (!contains(e.what_without_backtrace(), "Timeout")) throw;
+                    throw_wait_timeout(keys, timeout);
+                }
+            },
+            timeout);
     }
 
     std::unique_ptr<ddprun::Store> clone() override {
-        return std::make_unique<TcpStore>(m_host, m_port, false, m_timeout);
+        return std::make_unique<TcpStore>(m_host, m_port, false, m_timeout, true);
     }
 
   private:
@@ -242,37 +250,91 @@ class TcpStore final : public ddprun::Store {
         m_port = m_server->getPort();
     }
 
-    // Returns once something accepts TCP connections at m_host:m_port, or at `deadline`.
-    void wait_until_listening(std::chrono::steady_clock::time_point deadline) const {
+    // Returns once a c10d store answers at m_host:m_port, or when nothing accepts
+    // connections there by `deadline` (c10d then reports it). Throws StoreError if
+    // something accepts but does not answer within `answer_within`, closes or resets
+    // the connection, or answers nonsense: c10d 1.13 would wait for its answer without
+    // a bound, or die of the reset on its own thread (std::terminate).
+    void probe_store(std::chrono::steady_clock::time_point deadline,
+                     std::chrono::milliseconds answer_within) {
         addrinfo hints{};
         hints.ai_socktype = SOCK_STREAM;
         addrinfo* found = nullptr;
         if (::getaddrinfo(m_host.c_str(), std::to_string(m_port).c_str(), &hints, &found) != 0)
             return;  // c10d reports the bad host
+        int fd = -1;
         for (;;) {
-            for (addrinfo* ai = found; ai; ai = ai->ai_next) {
-                int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-                if (fd < 0) continue;
-                bool up = ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
-                ::close(fd);
-                if (up) {
-                    ::freeaddrinfo(found);
-                    return;
+            for (addrinfo* ai = found; ai && fd < 0; ai = ai->ai_next) {
+                fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+                if (fd >= 0 && ::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+                    ::close(fd);
+                    fd = -1;
                 }
             }
-            if (std::chrono::steady_clock::now() >= deadline) break;
+            if (fd >= 0 || std::chrono::steady_clock::now() >= deadline) break;
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         ::freeaddrinfo(found);
+        if (fd < 0) return;
+        auto [silent, problem] = check_answers(fd, answer_within);
+        ::close(fd);
+        if (problem.empty()) {
+            m_known_store = true;
+        } else if (m_known_store) {
+            throw StoreError(silent ? Kind::Timeout : Kind::Connection,
+                             "rendezvous store at " + endpoint() + ": " + problem);
+        } else {
+            throw StoreError(Kind::Connection, "no rendezvous store at " + endpoint() + ": " +
+                                                   problem + "; is another program using port " +
+                                                   std::to_string(m_port) + "? " + k_port_hint);
+        }
     }
 
-    // The live connection, opened if the last one failed. Needs m_mutex.
-    c10d::TCPStore& connected() {
+    // Sends c10d's CHECK request for one key on `fd` and reads the one-byte answer
+    // (0 ready, 1 not ready), within `answer_within`. What went wrong, or "" if it
+    // answered; and whether it was silence.
+    std::pair<bool, std::string> check_answers(int fd,
+                                               std::chrono::milliseconds answer_within) const {
+        // QueryType CHECK (4), the number of keys, then each key's length and bytes;
+        // lengths are native 64-bit, as c10d's tcputil::sendValue writes them.
+        constexpr std::uint8_t k_check = 4;
+        const std::string key = "/ddprun/probe";
+        const std::uint64_t count = 1;
+        const std::uint64_t length = key.size();
+        std::string request(1, static_cast<char>(k_check));
+        request.append(reinterpret_cast<const char*>(&count), sizeof count);
+        request.append(reinterpret_cast<const char*>(&length), sizeof length);
+        request += key;
+        if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(request.size())) {
+            return {false, std::string("it closed the connection (") + std::strerror(errno) + ")"};
+        }
+        pollfd pfd{fd, POLLIN, 0};
+        int ready =
+            ::poll(&pfd, 1,
+                   static_cast<int>(std::clamp<std::int64_t>(answer_within.count(), 1, INT32_MAX)));
+        if (ready == 0)
+            return {true, "it accepted the connection but did not answer within " +
+                              seconds_text(answer_within)};
+        std::uint8_t answer = 0xff;
+        ssize_t got = ready < 0 ? -1 : ::recv(fd, &answer, 1, 0);
+        if (got < 0)
+            return {false, std::string("it dropped the connection (") + std::strerror(errno) + ")"};
+        if (got == 0) return {false, "it closed the connection without answering"};
+        if (answer > 1) return {false, "it answered something that is not the store's protocol"};
+        return {false, ""};
+    }
+
+    // The live connection, opened if the last one failed; a new one must answer within
+    // `answer_within`. Needs m_mutex.
+    c10d::TCPStore& connected(std::chrono::milliseconds answer_within) {
         if (m_client) return *m_client;
         // c10d's client sleeps a whole second after a refused connect; an agent that starts
         // a moment before the store's host would lose that second. Probing the port every
-        // 10 ms first costs nothing when the host is up.
-        wait_until_listening(std::chrono::steady_clock::now() + connect_timeout(m_timeout));
+        // 10 ms first costs nothing when the host is up, and the probe's request tells a
+        // store from another program on the port.
+        probe_store(std::chrono::steady_clock::now() + connect_timeout(m_timeout),
+                    std::min(answer_within, m_timeout));
         try {
             m_client =
                 std::make_unique<c10d::TCPStore>(m_host, tcp_options(m_port, false, m_timeout));
@@ -288,12 +350,14 @@ class TcpStore final : public ddprun::Store {
     }
 
     // Runs one request; any failure drops the connection (see the top of the
-    // file) and becomes a StoreError naming the operation and key.
+    // file) and becomes a StoreError naming the operation and key. A request that
+    // must reconnect first gets at most `answer_within` for the store to answer.
     template <class Request>
-    auto run(const char* operation, const std::string& key, Request&& request)
+    auto run(const char* operation, const std::string& key, Request&& request,
+             std::chrono::milliseconds answer_within = std::chrono::milliseconds::max())
         -> std::invoke_result_t<Request&, c10d::TCPStore&> {
         std::lock_guard lock(m_mutex);
-        c10d::TCPStore& client = connected();
+        c10d::TCPStore& client = connected(answer_within);
         try {
             return request(client);
         } catch (const StoreError&) {
@@ -328,7 +392,7 @@ class TcpStore final : public ddprun::Store {
         std::string value;
         try {
             std::lock_guard lock(m_mutex);
-            c10d::TCPStore& client = connected();
+            c10d::TCPStore& client = connected(m_timeout);
             if (!client.check({key})) return;
             value = to_string(client.get(key));
         } catch (...) {
@@ -346,6 +410,7 @@ class TcpStore final : public ddprun::Store {
     std::string m_host;
     int m_port;
     std::chrono::milliseconds m_timeout;
+    bool m_known_store;                        // a store answered at this endpoint once
     std::unique_ptr<c10d::TCPStore> m_server;  // hosts the store; requests go through m_client
     std::unique_ptr<c10d::TCPStore> m_client;  // null after a failure until the next request
     std::mutex m_mutex;                        // one request at a time per connection

@@ -9,13 +9,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include "ddprun/coordinator.hpp"
 #include "ddprun/exit_codes.hpp"
@@ -113,7 +117,7 @@ struct Agent::Impl {
     std::unique_ptr<Coordinator> coordinator;         // multi-node only
     std::optional<PortReservation> port_reservation;  // MASTER_PORT, held for the round
 
-    enum class Phase { Joining, Running, Stopping, Killing, Done } phase = Phase::Done;
+    enum class Phase { Connecting, Joining, Running, Stopping, Killing, Done } phase = Phase::Done;
     int round = 0;
     int node_rank = 0;
     std::vector<Worker> workers;
@@ -139,7 +143,8 @@ struct Agent::Impl {
     void publish_signal(int signal, std::string message);
     void watch_store();
 
-    std::string open_coordinator();
+    // Connects to (or hosts) the rendezvous store; the exit code if the job cannot go on.
+    std::optional<int> open_coordinator();
     std::expected<RoundInfo, int> join_round();
     RoundResult run_round(const RoundInfo& info);
     std::string prepare_round_dirs(std::vector<Worker>& round_workers);
@@ -222,7 +227,12 @@ void Agent::Impl::on_signal(int signal) {
     }
     const auto& stops = ctx.config.stop_signals;
     if (std::find(stops.begin(), stops.end(), signal) != stops.end()) {
-        if (phase == Phase::Joining) {
+        if (phase == Phase::Connecting) {
+            spdlog::info("received {} while connecting to the rendezvous store; giving up",
+                         signal_name(signal));
+            stop_signal = signal;
+            io.stop();
+        } else if (phase == Phase::Joining) {
             spdlog::info("received {} while the nodes were joining; giving up",
                          signal_name(signal));
             stop_signal = signal;
@@ -440,7 +450,7 @@ std::string Agent::Impl::prepare_round_dirs(std::vector<Worker>& round_workers) 
     return {};
 }
 
-std::string Agent::Impl::open_coordinator() {
+std::optional<int> Agent::Impl::open_coordinator() {
     const auto& config = ctx.config;
     Coordinator::Options options;
     Endpoint endpoint = split_endpoint(
@@ -478,22 +488,55 @@ std::string Agent::Impl::open_coordinator() {
         is_host = *config.node_rank == 0;
     bool try_host = is_host.value_or(is_local_host(endpoint.host));
     options.store.is_server = try_host;
-    auto opened = Coordinator::open(io, options);
-    if (!opened && try_host && !config.rdzv_conf.contains("is_host")) {
-        // Another agent on this machine hosts it already (with ranks assigned at join), or
-        // another agent claims node rank 0 too: as a client this agent meets it, and the
-        // rendezvous names both hosts. If nothing answers there, the hosting error stands.
-        std::string host_error = opened.error().message;
-        options.store.is_server = false;
-        opened = Coordinator::open(io, options);
-        if (!opened) return host_error;
+    const bool may_fall_back = try_host && !config.rdzv_conf.contains("is_host");
+
+    // Connecting can take up to read_timeout (the store's host is not up yet, or the port is
+    // another program's): on a thread of its own, so that a signal still stops this agent.
+    std::unique_ptr<Coordinator> opened_coordinator;
+    std::string error;
+    std::atomic<bool> opened_done = false;
+    std::thread opener([&, options]() mutable {
+        auto opened = Coordinator::open(io, options);
+        if (!opened && may_fall_back) {
+            // Another agent on this machine hosts it already (with ranks assigned at join),
+            // or another agent claims node rank 0 too: as a client this agent meets it, and
+            // the rendezvous names both hosts. If nothing answers there, the hosting error
+            // stands.
+            std::string host_error = opened.error().message;
+            options.store.is_server = false;
+            opened = Coordinator::open(io, options);
+            if (!opened) opened = std::unexpected(RendezvousError{host_error});
+        }
+        if (!opened) {
+            error = opened.error().message;
+        } else if (auto mismatch = (*opened)->check_run_id()) {
+            error = mismatch->message;
+        } else {
+            opened_coordinator = std::move(*opened);
+        }
+        opened_done = true;
+        asio::post(io, [] {});  // wakes the loop below
+    });
+    phase = Phase::Connecting;
+    io.restart();
+    while (!opened_done && !io.stopped()) io.run_one();
+    phase = Phase::Done;
+    if (!opened_done) {
+        // Stopped by a signal while the opener is blocked in a store call, maybe for a long
+        // while: no worker exists yet, so this process just ends, and the opener with it.
+        spdlog::default_logger()->flush();
+        std::_Exit(exit_code::kSignalBase + stop_signal);
     }
-    if (!opened) return opened.error().message;
-    coordinator = std::move(*opened);
-    if (auto mismatch = coordinator->check_run_id()) return mismatch->message;
+    opener.join();
+    if (!error.empty()) {
+        spdlog::error("{}", error);
+        return exit_code::kRendezvous;
+    }
+    coordinator = std::move(opened_coordinator);
     spdlog::debug("rendezvous store {}:{} ({})", endpoint.host, endpoint.port,
-                  options.store.is_server ? "hosted here" : "client");
-    return {};
+                  coordinator->options().store.is_server ? "hosted here" : "client");
+    if (stop_signal) return exit_code::kSignalBase + stop_signal;
+    return std::nullopt;
 }
 
 std::expected<RoundInfo, int> Agent::Impl::join_round() {
@@ -527,7 +570,15 @@ std::expected<RoundInfo, int> Agent::Impl::join_round() {
             exit_code::kRendezvous});
     });
     // Signals are still handled while the join is in flight (a Ctrl-C aborts it).
-    while (!joined) io.run_one();
+    while (!joined) {
+        if (io.stopped()) {
+            // Killed mid-join (the supervisor died): the join's answer no longer matters,
+            // and waiting for it on a stopped loop would spin.
+            coordinator->abandon();
+            return std::unexpected(exit_code::kSignalBase + (stop_signal ? stop_signal : SIGKILL));
+        }
+        io.run_one();
+    }
     join_guard.cancel();
     phase = Phase::Done;
     if (!*joined) {
@@ -750,10 +801,7 @@ int Agent::run() {
     try {
         impl.setup_signals();
         if (impl.ctx.config.nnodes > 1) {
-            if (auto err = impl.open_coordinator(); !err.empty()) {
-                spdlog::error("{}", err);
-                return exit_code::kRendezvous;
-            }
+            if (auto failed = impl.open_coordinator()) return *failed;
         }
         const int max_restarts = impl.ctx.config.max_restarts;
         for (impl.round = 0;; ++impl.round) {

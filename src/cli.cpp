@@ -172,6 +172,12 @@ std::optional<long long> to_flag_integer(std::string_view text) {
     return value;
 }
 
+// An optional sign and one or more digits: an integer, if perhaps too large for one.
+bool is_digits(std::string_view text) {
+    if (text.starts_with('+') || text.starts_with('-')) text.remove_prefix(1);
+    return !text.empty() && std::ranges::all_of(text, [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::optional<double> to_number(std::string_view text) {
     text = trim(text);
     if (text.starts_with('+')) text.remove_prefix(1);
@@ -392,6 +398,8 @@ Parsed<bool> parse_switch(const Setting& s) {
 Parsed<int> parse_int(const Setting& s, long long min, long long max, std::string_view example) {
     if (trim(s.value).empty()) return std::unexpected(s.error("missing value", example));
     auto value = to_flag_integer(s.value);
+    if (!value && is_digits(trim(s.value)))  // beyond 64 bits
+        value = trim(s.value).starts_with('-') ? LLONG_MIN : LLONG_MAX;
     if (!value) return std::unexpected(s.error("not a number", example));
     if (*value < min)
         return std::unexpected(s.error(fmt::format("must be at least {}", min), example));
@@ -423,7 +431,7 @@ Parsed<NprocSpec> parse_nproc(const Setting& s) {
     if (word == "gpu") return NprocSpec{NprocKind::Gpu, 1};
     if (word == "cpu") return NprocSpec{NprocKind::Cpu, 1};
     if (word == "auto") return NprocSpec{NprocKind::Auto, 1};
-    if (!word.empty() && !to_flag_integer(word))
+    if (!word.empty() && !is_digits(word))
         return std::unexpected(s.error("expected a number, gpu, cpu or auto", "8"));
     auto count = parse_int(s, 1, k_max_nproc, "8");
     if (!count) return std::unexpected(count.error());
@@ -453,6 +461,15 @@ Parsed<double> parse_seconds(const Setting& s, bool zero_ok, std::string_view ex
 Parsed<std::string> parse_nonempty(const Setting& s, std::string_view example) {
     if (trim(s.value).empty()) return std::unexpected(s.error("must not be empty", example));
     return s.value;
+}
+
+// A host name or address: what other nodes and messages will use verbatim.
+Parsed<std::string> parse_host(const Setting& s, std::string_view example) {
+    std::string host(trim(s.value));
+    if (host.empty()) return std::unexpected(s.error("must not be empty", example));
+    if (std::ranges::any_of(host, [](unsigned char c) { return std::isspace(c) || c < 0x20; }))
+        return std::unexpected(s.error("a host name or address has no spaces", example));
+    return host;
 }
 
 Parsed<std::string> parse_backend(const Setting& s) {
@@ -690,10 +707,10 @@ std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
             fmt::format("conflicts with {}", b.find("standalone")->shown()),
             "standalone runs one node; drop one of them"));
     b.set("master_addr", config.master_addr,
-          [](const Setting& s) { return parse_nonempty(s, "10.0.0.1"); });
+          [](const Setting& s) { return parse_host(s, "10.0.0.1"); });
     b.set("master_port", config.master_port, parse_port);
     b.set("local_addr", config.local_addr,
-          [](const Setting& s) { return Parsed<std::string>(s.value); });
+          [](const Setting& s) { return parse_host(s, "10.0.0.2"); });
     b.set("rdzv_backend", config.rdzv_backend, parse_backend);
     b.set("rdzv_endpoint", config.rdzv_endpoint, parse_endpoint);
     b.set("rdzv_id", config.rdzv_id, [](const Setting& s) { return parse_nonempty(s, "job42"); });

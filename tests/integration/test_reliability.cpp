@@ -420,6 +420,16 @@ class Reliability : public IntegrationTest {
         IntegrationTest::TearDown();
     }
 
+    // Runs tests/integration/store_client against the job's store (its output in
+    // store_client.log); its exit code.
+    int store_client(const std::vector<std::string>& operations) {
+        std::string command = k_store_client + " 127.0.0.1 " + std::to_string(m_port);
+        for (const auto& word : operations) command += " '" + word + "'";
+        command += " >" + path("store_client.log") + " 2>&1";
+        int status = std::system(command.c_str());
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+
     // The pids the job's processes recorded: every worker leads its own process
     // group, and a setsid() grandchild its own session.
     std::set<pid_t> job_leaders() const {
@@ -1366,7 +1376,10 @@ TEST_F(RendezvousFaults, StoreHostKilledMidJoinEndsTheWaitingNode) {
     ASSERT_TRUE(wait_until([&] { return port_accepts("127.0.0.1", m_port); }, 30s))
         << stderr_of(agents);
     agents.push_back(start_agent({1, "127.0.0.2"}, flags, program, {}, 3));
-    std::this_thread::sleep_for(1500ms);  // node 1 is in its join by now
+    if (k_store_client.empty()) GTEST_SKIP() << "built without libtorch: no store to watch";
+    // Node 1 is in its join once its record is in the store.
+    ASSERT_EQ(store_client({"wait", fmt::format("ddprun/{}/r0/info/1", m_run_id)}), 0)
+        << read_text_file(path("store_client.log")) << stderr_of(agents);
     ASSERT_TRUE(agents[1]->running()) << stderr_of(agents);
     pid_t agent = agent_of(agents[0]->pid());
     ASSERT_GT(agent, 0);
@@ -1396,11 +1409,9 @@ TEST_F(RendezvousFaults, NodeThatJoinsLateStillMakesTheJob) {
 
 // Something else listens on the rendezvous port. The would-be host says so
 // in one line; a node that reaches the foreign listener instead of a store
-// must give up within its timeouts rather than wait for an answer forever.
-// DISABLED: known defect (issue #5, open). c10d 1.13 bounds only get/wait: against a
-// listener that never answers, the run-id check (compare_set on the main thread, before
-// the join) blocks in recv() forever. The join itself is now guarded; this call is not.
-TEST_F(RendezvousFaults, DISABLED_PortAlreadyInUse) {
+// must give up within its timeouts rather than wait for an answer forever
+// (c10d 1.13 would: the store plugin probes the endpoint first).
+TEST_F(RendezvousFaults, PortAlreadyInUse) {
     int listener = listen_on(m_port);
     ASSERT_GE(listener, 0) << "cannot listen on port " << m_port << ": " << std::strerror(errno);
     auto flags = with_conf({}, "join_timeout=5,read_timeout=5");
@@ -1424,25 +1435,25 @@ TEST_F(RendezvousFaults, DISABLED_PortAlreadyInUse) {
 
 // The program on the rendezvous port accepts the connection, then resets it
 // (it crashed, or it is not a store and gave up on the request): a rendezvous
-// failure in one line, not a crash.
-// DISABLED: known defect (issue #5, open). libtorch's client thread throws
-// std::system_error (connection reset) while TcpStore's destructor joins it, and the
-// agent dies of std::terminate (exit 134) instead of exiting 75 with one line.
-TEST_F(RendezvousFaults, DISABLED_EndpointThatResetsTheConnectionIsAClearErrorNotACrash) {
+// failure in one line, not a crash (c10d 1.13's client thread would die of the
+// reset, std::terminate, exit 134: the store plugin probes the endpoint first).
+TEST_F(RendezvousFaults, EndpointThatResetsTheConnectionIsAClearErrorNotACrash) {
     int listener = listen_on(m_port);
     ASSERT_GE(listener, 0) << "cannot listen on port " << m_port << ": " << std::strerror(errno);
     auto node1 = start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=5,read_timeout=5"),
                              fake_worker({"print", "1"}));
-    // Every connection the agent makes is accepted, held a moment, then reset.
+    // Every connection the agent makes is accepted and, once its request has arrived,
+    // reset; until the agent exits (bounded by its hang guard).
     std::vector<int> accepted;
-    auto until = Clock::now() + 3s;
-    while (Clock::now() < until) {
-        pollfd pfd{listener, POLLIN, 0};
-        if (::poll(&pfd, 1, 100) == 1)
-            accepted.push_back(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
-    }
     linger reset{1, 0};
-    for (int fd : accepted) {
+    while (!node1->reap_if_exited() && Clock::now() < node1->deadline()) {
+        pollfd pfd{listener, POLLIN, 0};
+        if (::poll(&pfd, 1, 100) != 1) continue;
+        int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        accepted.push_back(fd);
+        pollfd request{fd, POLLIN, 0};
+        ::poll(&request, 1, 10'000);
         ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
         ::close(fd);
     }
@@ -1457,25 +1468,52 @@ TEST_F(RendezvousFaults, DISABLED_EndpointThatResetsTheConnectionIsAClearErrorNo
     EXPECT_TRUE(recorded_pids().empty()) << "no worker may start";
 }
 
-// An agent stuck in its join (the endpoint is another program's listener,
-// which never answers) loses its supervisor to SIGKILL: it must go too, and
-// not linger or spin once the listener goes away.
+// An agent stuck reaching the store (the endpoint is another program's
+// listener, which never answers; read_timeout is long) loses its supervisor to
+// SIGKILL: it must go too, at once, and not linger or spin until its store
+// call gives up.
 TEST_F(RendezvousFaults, SupervisorKilledMidJoinLeavesNoAgentBehind) {
     int listener = listen_on(m_port);
     ASSERT_GE(listener, 0) << "cannot listen on port " << m_port << ": " << std::strerror(errno);
-    auto node1 = start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=5,read_timeout=5"),
+    auto node1 = start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=120,read_timeout=120"),
                              fake_worker({"print", "1"}));
-    std::this_thread::sleep_for(1500ms);  // connected to the listener, waiting for an answer
+    // Wait for its connection: accepted here, and never answered.
+    pollfd pfd{listener, POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 30'000), 1) << "the agent never connected\n" << node1->err_so_far();
+    int connection = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     pid_t agent = agent_of(node1->pid());
     ASSERT_GT(agent, 0) << node1->err_so_far();
     allow_orphan_grace();
     node1->send_signal(SIGKILL);
     auto r = node1->wait();
-    ::close(listener);  // whatever the agent waits for fails now
     EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.describe();
+    // The listener stays silent: only the agent's own reaction can end it in time.
     bool gone = wait_until([&] { return !process_alive(agent); }, k_orphan_grace);
+    ::close(connection);
+    ::close(listener);
     EXPECT_TRUE(gone) << "the agent (pid " << agent << ") outlived its supervisor; /proc says: "
                       << describe({process_info(agent).value_or(ProcessInfo{})});
+}
+
+// Ctrl-C while an agent waits for the store's answer (read_timeout is long):
+// ddprun stops at once with 130, nothing started.
+TEST_F(RendezvousFaults, InterruptWhileWaitingForTheStoreStopsAtOnce) {
+    int listener = listen_on(m_port);
+    ASSERT_GE(listener, 0) << "cannot listen on port " << m_port << ": " << std::strerror(errno);
+    auto node1 = start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=120,read_timeout=120"),
+                             fake_worker({"print", "1"}));
+    pollfd pfd{listener, POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 30'000), 1) << "the agent never connected\n" << node1->err_so_far();
+    int connection = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    node1->send_signal(SIGINT);
+    auto r = node1->wait();
+    ::close(connection);
+    ::close(listener);
+    EXPECT_FALSE(r.timed_out) << "the signal waited for the store's read_timeout\n" << r.describe();
+    EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.describe();
+    EXPECT_TRUE(contains(r.err, "received SIGINT while connecting to the rendezvous store"))
+        << r.describe();
+    EXPECT_TRUE(recorded_pids().empty()) << "no worker may start";
 }
 
 // --- a stray client writes garbage under the job's keys --------------------------
@@ -1497,13 +1535,8 @@ void PrintTo(const GarbageCase& c, std::ostream* os) {
 
 class StrayStoreClient : public Reliability, public ::testing::WithParamInterface<GarbageCase> {
   protected:
-    // Runs the store client against the job's store; its exit code.
     int write_garbage(const std::vector<std::string>& operations) {
-        std::string command = k_store_client + " 127.0.0.1 " + std::to_string(m_port);
-        for (const auto& word : operations) command += " '" + word + "'";
-        command += " >" + path("store_client.log") + " 2>&1";
-        int status = std::system(command.c_str());
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return store_client(operations);
     }
 };
 
@@ -1716,7 +1749,8 @@ std::vector<BadInput> bad_flag_values() {
         {"nnodes", {"", "-1", "0", huge, "abc", "1.5", "2:1", "1:4"}},
         {"nproc_per_node", {"", "-1", "0", huge, "abc", "1.5", "gpus"}},
         {"node_rank", {"", "-1", "1", huge, "abc", "1.5"}},
-        {"master_addr", {""}},
+        {"master_addr", {"", " ", "a b"}},
+        {"local_addr", {"", " ", "a b"}},
         {"master_port", {"", "-1", "65536", huge, "abc", "1.5"}},
         {"rdzv_backend", {"", "etcd", "zmq", "1"}},
         {"rdzv_endpoint", {":29400", "h:-1", "h:65536", "h:abc", "h:" + huge, "[::1"}},

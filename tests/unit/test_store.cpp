@@ -6,6 +6,7 @@
 #include "ddprun/store.hpp"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -297,6 +298,59 @@ TEST_F(StoreTcp, ConnectingToNothingFailsWithinTheTimeout) {
     }
     // Hang guard: the bound is the timeout, not c10d's default 300 s.
     EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+}
+
+// Another program listens on the port: it never answers, closes the connection,
+// or resets it. Each is a one-line Connection error naming the endpoint, within
+// the timeout (c10d 1.13 alone would wait forever, or die of the reset).
+TEST_F(StoreTcp, AnEndpointThatIsNotAStoreIsAClearError) {
+    enum class Behaviour { Silent, Close, Reset };
+    for (Behaviour behaviour : {Behaviour::Silent, Behaviour::Close, Behaviour::Reset}) {
+        SCOPED_TRACE(static_cast<int>(behaviour));
+        int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof address;
+        ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
+        ASSERT_EQ(::listen(listener, 8), 0);
+        ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+        int port = ntohs(address.sin_port);
+        std::atomic<bool> done = false;
+        std::thread program([&] {
+            std::vector<int> accepted;
+            while (!done) {
+                pollfd pfd{listener, POLLIN, 0};
+                if (::poll(&pfd, 1, 20) != 1) continue;
+                int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+                if (behaviour == Behaviour::Reset) {
+                    linger reset{1, 0};
+                    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+                }
+                if (behaviour == Behaviour::Silent)
+                    accepted.push_back(fd);
+                else
+                    ::close(fd);
+            }
+            for (int fd : accepted) ::close(fd);
+        });
+        auto start = std::chrono::steady_clock::now();
+        try {
+            open_client(port, 1s);
+            ADD_FAILURE() << "connected to a program that is not a store";
+        } catch (const StoreError& error) {
+            std::string message = error.what();
+            EXPECT_EQ(error.kind(), Kind::Connection) << message;
+            EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+                << message;
+            EXPECT_NE(message.find("another program"), std::string::npos) << message;
+            EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // hang guard
+        done = true;
+        program.join();
+        ::close(listener);
+    }
 }
 
 TEST_F(StoreTcp, ClientConnectsToAServerThatStartsLater) {
