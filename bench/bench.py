@@ -2,7 +2,9 @@
 """The ddprun benchmark: launch overhead, log throughput and memory, each next
 to the physical limit measured in the same run; then, for jobs that span
 nodes (agents on loopback), failure propagation, a real training job and the
-memory of a multi-node agent.
+memory of a multi-node agent; then restart latency next to starting the same
+workers by hand, and the rendezvous at scale: N real agents on this machine,
+and N simulated agents (threads) over a real TCPStore (bench/rendezvous_scale).
 
 Why it exists: ddprun's claims ("instant", "carries logs at pipe speed",
 "tiny") are only meaningful against a baseline on the same machine at the same
@@ -12,7 +14,8 @@ torchrun when it is installed. Timing claims live here, never in unit tests.
 
 Run it through bench/run.sh (see bench/README.md); it only needs Python's
 standard library and GNU time (/usr/bin/time), plus libtorch (ddprun's store
-plugin, build/examples/train) and a C compiler for the multi-node sections.
+plugin, build/examples/train, build/bench/rendezvous_scale) and a C compiler
+for the multi-node, restart and rendezvous sections. `--only` picks sections.
 """
 
 import argparse
@@ -34,8 +37,47 @@ LINE_BYTES = 100  # each log line, newline included
 COMMAND_TIMEOUT_S = 120  # a hang in any tool must not hang the benchmark
 
 
+# Every section, in the order they run: (letter, name). --only takes either.
+SECTIONS = [
+    ("a", "launch"),
+    ("b", "logs"),
+    ("c", "memory"),
+    ("d", "failure"),
+    ("e", "jobs"),
+    ("f", "node-memory"),
+    ("g", "restart"),
+    ("h", "rdzv-agents"),
+    ("i", "rdzv-sim"),
+]
+
+
 class BenchError(Exception):
     pass
+
+
+def section_list(text):
+    """--only's value: section names or letters, comma-separated, as names."""
+    names = {letter: name for letter, name in SECTIONS}
+    names.update({name: name for _, name in SECTIONS})
+    chosen = set()
+    for word in text.split(","):
+        word = word.strip().lower()
+        if word not in names:
+            choices = ", ".join(f"{name} ({letter})" for letter, name in SECTIONS)
+            raise argparse.ArgumentTypeError(f"unknown section '{word}'; the sections are {choices}")
+        chosen.add(names[word])
+    return chosen
+
+
+def count_list(text):
+    """A comma-separated list of agent counts (each at least 2)."""
+    try:
+        counts = [int(word) for word in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 2:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a list of numbers >= 2, e.g. 2,8,32")
+    return counts
 
 
 def parse_args():
@@ -52,10 +94,31 @@ def parse_args():
         "--multinode",
         default="auto",
         choices=["auto", "off"],
-        help="'auto': the 2-agent sections (d)-(f) when ddprun has its store plugin",
+        help="'auto': the sections that need ddprun's store plugin ((d)-(f), (g)'s two-agent rows, "
+        "(h), (i)) when it is there; 'off': skip them",
     )
     parser.add_argument("--job-reps", type=int, default=5, help="runs per 2-agent row (default 5)")
     parser.add_argument("--train", help="the C++ example (default: examples/train beside ddprun)")
+    parser.add_argument(
+        "--only",
+        type=section_list,
+        default={name for _, name in SECTIONS},
+        metavar="SECTION[,SECTION]",
+        help="run only these sections: " + ", ".join(f"{name} ({letter})" for letter, name in SECTIONS),
+    )
+    parser.add_argument(
+        "--rdzv-agents", type=count_list, default=[2, 8, 32], help="agent counts of (h) (default 2,8,32)"
+    )
+    parser.add_argument(
+        "--rdzv-sim",
+        type=count_list,
+        default=[2, 8, 32, 128, 512, 1024],
+        help="agent counts of (i) (default 2,8,32,128,512,1024)",
+    )
+    parser.add_argument("--scale-reps", type=int, default=3, help="runs per row of (h) and (i) (default 3)")
+    parser.add_argument(
+        "--rendezvous-scale", help="the program of (i) (default: bench/rendezvous_scale beside ddprun)"
+    )
     return parser.parse_args()
 
 
@@ -65,7 +128,7 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def run(argv, stdout=subprocess.DEVNULL, shell=False, consume=None):
+def run(argv, stdout=subprocess.DEVNULL, shell=False, consume=None, limit_s=COMMAND_TIMEOUT_S):
     """Runs one command in its own session, so that a timeout can kill the whole
     tree it started. Returns (seconds, stdout consumer's result). Raises
     BenchError with the tail of its stderr if it fails, so a broken tool never
@@ -75,7 +138,7 @@ def run(argv, stdout=subprocess.DEVNULL, shell=False, consume=None):
         proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, shell=shell, start_new_session=True)
         try:
             result = consume(proc.stdout) if consume else None
-            proc.wait(timeout=COMMAND_TIMEOUT_S)
+            proc.wait(timeout=limit_s)
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -276,16 +339,20 @@ def shell_loop_nodes(nnodes, nproc, program_argv):
     )
 
 
-def torchrun_argv(nproc, program_argv):
-    return [
-        "/usr/bin/python3",
-        os.path.join(HERE, "torchrun_compat.py"),
-        f"--nproc_per_node={nproc}",
-        "--no_python",
-        "--monitor_interval=0.1",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
-    ] + program_argv
+def torchrun_argv(nproc, program_argv, extra=()):
+    return (
+        [
+            "/usr/bin/python3",
+            os.path.join(HERE, "torchrun_compat.py"),
+            f"--nproc_per_node={nproc}",
+            "--no_python",
+            "--monitor_interval=0.1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+        ]
+        + list(extra)
+        + program_argv
+    )
 
 
 def have_torchrun(setting):
@@ -464,18 +531,67 @@ def bench_memory(args, use_torchrun, log_path, lines_per_worker):
 # neither the memory row nor the failure timestamp carries Python's own cost.
 HELPER_SOURCE = r"""
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+static struct timespec started; /* taken first thing in main */
+
+static void write_stamp(const char* dir, const char* name, const struct timespec* when) {
+    /* Written aside and renamed, so a reader never sees half a stamp. */
+    char path[4096], temporary[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(temporary, sizeof temporary, "%s/.%s.%ld", dir, name, (long)getpid());
+    FILE* stamp = fopen(temporary, "w");
+    if (stamp == NULL) {
+        perror(temporary);
+        _exit(3);
+    }
+    fprintf(stamp, "%ld.%09ld\n", (long)when->tv_sec, when->tv_nsec);
+    if (fclose(stamp) != 0 || rename(temporary, path) != 0) {
+        perror(path);
+        _exit(3);
+    }
+}
+
+static int env_int(const char* name, int fallback) {
+    const char* value = getenv(name);
+    return value != NULL && *value != '\0' ? atoi(value) : fallback;
+}
+
+/* start-ROUND-RANK: this worker of restart round ROUND has started. */
+static void stamp_start(const char* dir) {
+    char name[64];
+    snprintf(name, sizeof name, "start-%d-%d", env_int("TORCHELASTIC_RESTART_COUNT", 0),
+             env_int("RANK", -1));
+    write_stamp(dir, name, &started);
+}
+
+static void sleep_seconds(double seconds) {
+    struct timespec delay = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
+    }
+}
+
 int main(int argc, char** argv) {
-    /* helper dlopen LIB: load LIB as ddprun loads its store plugin, exit. */
-    if (argc == 3 && strcmp(argv[1], "dlopen") == 0) {
+    clock_gettime(CLOCK_MONOTONIC, &started);
+    /* helper dlopen LIB [DIR]: load LIB as ddprun loads its store plugin,
+       write CLOCK_MONOTONIC to DIR/loaded-PID if DIR is given, exit. */
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "dlopen") == 0) {
         if (dlopen(argv[2], RTLD_NOW | RTLD_LOCAL) == NULL) {
             fprintf(stderr, "helper: %s\n", dlerror());
             return 1;
+        }
+        if (argc == 4) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            char name[64];
+            snprintf(name, sizeof name, "loaded-%ld", (long)getpid());
+            write_stamp(argv[3], name, &now);
         }
         return 0;
     }
@@ -487,9 +603,7 @@ int main(int argc, char** argv) {
         if (rank == NULL || strcmp(rank, argv[2]) != 0) {
             for (;;) pause();
         }
-        double seconds = atof(argv[3]);
-        struct timespec delay = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-        nanosleep(&delay, NULL);
+        sleep_seconds(atof(argv[3]));
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         FILE* stamp = fopen(argv[4], "w");
@@ -501,7 +615,74 @@ int main(int argc, char** argv) {
         fclose(stamp);
         _exit(1);
     }
-    fprintf(stderr, "usage: helper dlopen LIB | helper fail RANK SECONDS FILE\n");
+    /* helper stamp DIR: writes DIR/start-ROUND-RANK (CLOCK_MONOTONIC at the
+       start of main; ROUND is $TORCHELASTIC_RESTART_COUNT) and exits 0. */
+    if (argc == 3 && strcmp(argv[1], "stamp") == 0) {
+        stamp_start(argv[2]);
+        return 0;
+    }
+    /* helper restart DIR RANK WORKERS SETTLE: stamps its start; in round 0,
+       the worker whose $RANK is RANK waits until all WORKERS workers of the
+       round have stamped theirs, SETTLE seconds more, then writes
+       DIR/failed and exits 1, while the others wait to be stopped; in any
+       later round every worker exits 0. */
+    if (argc == 6 && strcmp(argv[1], "restart") == 0) {
+        stamp_start(argv[2]);
+        if (env_int("TORCHELASTIC_RESTART_COUNT", 0) > 0) return 0;
+        if (env_int("RANK", -1) != atoi(argv[3])) {
+            for (;;) pause();
+        }
+        int workers = atoi(argv[4]);
+        for (int waited_ms = 0, rank = 0; rank < workers;) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/start-0-%d", argv[2], rank);
+            if (access(path, F_OK) == 0) {
+                ++rank;
+                continue;
+            }
+            if (++waited_ms > 120000) {
+                fprintf(stderr, "helper: worker %d of round 0 never started\n", rank);
+                _exit(3);
+            }
+            sleep_seconds(0.001);
+        }
+        sleep_seconds(atof(argv[5]));
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        write_stamp(argv[2], "failed", &now);
+        _exit(1);
+    }
+    /* helper spawn DIR N: restarting N workers by hand. Writes DIR/failed,
+       then fork+execs N `helper stamp DIR` (RANK=0..N-1, round 1) at once and
+       waits for them; exits 1 if any failed. */
+    if (argc == 4 && strcmp(argv[1], "spawn") == 0) {
+        int workers = atoi(argv[3]);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        write_stamp(argv[2], "failed", &now);
+        for (int rank = 0; rank < workers; ++rank) {
+            pid_t pid = fork();
+            if (pid < 0) {
+                perror("fork");
+                return 1;
+            }
+            if (pid == 0) {
+                char value[16];
+                snprintf(value, sizeof value, "%d", rank);
+                setenv("RANK", value, 1);
+                setenv("TORCHELASTIC_RESTART_COUNT", "1", 1);
+                execl("/proc/self/exe", argv[0], "stamp", argv[2], (char*)NULL);
+                perror("execl");
+                _exit(127);
+            }
+        }
+        int failed = 0, status;
+        while (wait(&status) > 0) failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        return failed;
+    }
+    fprintf(stderr,
+            "usage: helper dlopen LIB [DIR] | fail RANK SECONDS FILE | stamp DIR"
+            " | restart DIR RANK WORKERS SETTLE | spawn DIR N\n");
     return 2;
 }
 """
@@ -527,7 +708,7 @@ def compile_helper(directory):
     return binary
 
 
-def run_together(argvs, env=None, limit_s=COMMAND_TIMEOUT_S, give_up=None):
+def run_together(argvs, env=None, limit_s=COMMAND_TIMEOUT_S, give_up=None, started=None):
     """Starts the commands at once, like the agents of one job, each in its own
     session, and waits for all of them. Returns (exits, tails): per command
     (exit time, exit code) and the tail of its stderr. Exit times are
@@ -535,7 +716,8 @@ def run_together(argvs, env=None, limit_s=COMMAND_TIMEOUT_S, give_up=None):
     they do not depend on the order in which the harness waits. A command
     still running after `limit_s` raises BenchError, unless `give_up()`
     (asked every 50 ms) said to stop waiting: then it is killed and its exit
-    is None."""
+    is None. A list passed as `started` receives each command's start time
+    (time.monotonic() when Popen returned, i.e. once the command was exec'd)."""
     stderrs = [tempfile.TemporaryFile() for _ in argvs]
     procs = []
     exits = [None] * len(argvs)
@@ -547,6 +729,8 @@ def run_together(argvs, env=None, limit_s=COMMAND_TIMEOUT_S, give_up=None):
                 argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env, start_new_session=True
             )
             procs.append(proc)
+            if started is not None:
+                started.append(time.monotonic())
             selector.register(os.pidfd_open(proc.pid), selectors.EVENT_READ, index)
         while selector.get_map():
             remaining = deadline - time.monotonic()
@@ -587,19 +771,20 @@ def require_success(argvs, exits, tails):
             raise BenchError(f"`{' '.join(argv)}` {code}: {tail}")
 
 
-def ddprun_nodes_argv(args, nproc, program_argv):
-    """One ddprun command per node of a static NNODES-node job on loopback."""
+def ddprun_nodes_argv(args, nproc, program_argv, nnodes=NNODES, extra=()):
+    """One ddprun command per node of a static `nnodes`-node job on loopback:
+    node N's agent on 127.0.0.N+1, node 0's hosting the store."""
     port = free_port()
     common = [
         args.ddprun,
-        f"--nnodes={NNODES}",
+        f"--nnodes={nnodes}",
         f"--nproc_per_node={nproc}",
         f"--rdzv_endpoint=127.0.0.1:{port}",
         "--rdzv_id=bench",
-    ]
+    ] + list(extra)
     return [
         common + [f"--node_rank={node}", f"--local_addr=127.0.0.{node + 1}"] + program_argv
-        for node in range(NNODES)
+        for node in range(nnodes)
     ]
 
 
@@ -828,21 +1013,291 @@ def bench_node_memory(args, use_torchrun, helper, scratch):
     )
 
 
-def bench_multinode(args, use_torchrun, scratch):
-    """(d), (e), (f), when this ddprun can run multi-node jobs."""
+# ---------------------------------------------------------------------------
+# Restarts and rendezvous at scale. The workers are the helper's `restart` and
+# `stamp` modes: each records CLOCK_MONOTONIC (the clock of time.monotonic())
+# at the start of its main, so a figure is the time until the program itself
+# runs, whatever the launcher believes.
+
+RESTART_SETTLE_S = 0.3  # round 0 runs this long after its last worker started, then one fails
+SCALE_LIMIT_S = 300  # one run of N agents, all bounded by it (32 agents load libtorch on 2 cores)
+RESTART_BUDGET_S = 1.0  # the budget for a restart, on top of the program's own start
+SIMULATED_BUDGET_S = 3.0  # the budget for 1024 simulated agents to join
+
+
+def read_stamps(directory):
+    """{name: CLOCK_MONOTONIC seconds} of the stamps the helper wrote."""
+    stamps = {}
+    for name in os.listdir(directory):
+        if name == "failed" or name.startswith(("start-", "loaded-")):
+            with open(os.path.join(directory, name)) as text:
+                stamps[name] = float(text.read())
+    return stamps
+
+
+def round_starts(stamps, round_number):
+    prefix = f"start-{round_number}-"
+    return [when for name, when in stamps.items() if name.startswith(prefix)]
+
+
+def median_cells(samples, scale=1e3, digits=0):
+    """median, min, max"""
+    values = (statistics.median(samples), min(samples), max(samples))
+    return [f"{value * scale:.{digits}f}" for value in values]
+
+
+def bench_restart(args, use_torchrun, helper, scratch, two_agents):
+    """(g): from a worker's failing exit to every worker of the next round
+    running, under --max_restarts=1."""
+    env = ddprun_env()
+    settle = f"{RESTART_SETTLE_S}"
+
+    def fresh_directory():
+        return tempfile.mkdtemp(prefix="restart-", dir=scratch)
+
+    def by_hand(workers):
+        def make(directory):
+            return [[helper, "spawn", directory, str(workers)]]
+
+        return make
+
+    def one_node(directory):
+        return [
+            [args.ddprun, f"--nproc_per_node={args.nproc}", "--max_restarts=1"]
+            + [helper, "restart", directory, "1", str(args.nproc), settle]
+        ]
+
+    def one_node_torchrun(directory):
+        program = [helper, "restart", directory, "1", str(args.nproc), settle]
+        return [torchrun_argv(args.nproc, program, extra=["--max_restarts=1"])]
+
+    def two_nodes(directory):
+        program = [helper, "restart", directory, "2", "4", settle]  # rank 2: node 1's first worker
+        return ddprun_nodes_argv(args, 2, program, extra=["--max_restarts=1"])
+
+    setups = []  # (title, workers, {launcher: directory -> argvs})
+    tools = {"by hand (limit)": by_hand(args.nproc), "ddprun": one_node}
+    if use_torchrun:
+        tools["torchrun (--monitor_interval=0.1)"] = one_node_torchrun
+    setups.append((f"1 node x {args.nproc} workers", args.nproc, tools))
+    if two_agents:
+        tools = {"by hand (limit)": by_hand(4), "ddprun": two_nodes}
+        setups.append((f"{NNODES} agents x 2 workers", 4, tools))
+
+    rows = []
+    for title, workers, tools in setups:
+        first = {name: [] for name in tools}
+        last = {name: [] for name in tools}
+        for _ in range(args.job_reps):  # interleaved, so drift hits every launcher alike
+            for name, make_argvs in tools.items():
+                directory = fresh_directory()
+                argvs = make_argvs(directory)
+                exits, tails = run_together(argvs, env=env)
+                require_success(argvs, exits, tails)
+                stamps = read_stamps(directory)
+                shutil.rmtree(directory)
+                restarted = round_starts(stamps, 1)
+                if "failed" not in stamps or len(restarted) != workers:
+                    raise BenchError(
+                        f"`{' '.join(argvs[0])}`: no failure or {len(restarted)} of {workers} workers "
+                        f"restarted: {' / '.join(tails)}"
+                    )
+                first[name].append(min(restarted) - stamps["failed"])
+                last[name].append(max(restarted) - stamps["failed"])
+        baseline = statistics.median(last["by hand (limit)"])
+        for name in tools:
+            median = statistics.median(last[name])
+            is_limit = name.startswith("by hand")
+            within = median <= RESTART_BUDGET_S + baseline
+            rows.append(
+                [title if is_limit else "", name, str(len(last[name]))]
+                + [f"{statistics.median(first[name]) * 1e3:.0f}"]
+                + median_cells(last[name])
+                + ["-" if is_limit else f"{(median - baseline) * 1e3:+.0f}"]
+                + ["-" if is_limit else ("met" if within else "missed")]
+            )
+    print_table(
+        f"(g) restart latency, --max_restarts=1: ms from the failing worker's exit (it stamps the time "
+        f"just before) to the first and the last worker of round 1 running (each stamps the start of its "
+        f"main). By hand: the helper fork+execs the same workers itself. Budget: "
+        f"{RESTART_BUDGET_S * 1e3:.0f} ms over by hand",
+        ["setup", "launcher", "runs", "first ms", "last ms (median)", "min", "max", "over by hand", "budget"],
+        rows,
+    )
+    if not two_agents:
+        print("    (the two-agent rows need ddprun's store plugin; skipped)")
+    if use_torchrun:
+        print(
+            "    torchrun across two agents is not measured: with its static rendezvous node 0 never "
+            "learns of the failure (see (d)), so it never restarts"
+        )
+
+
+def bench_rendezvous_agents(args, helper, scratch):
+    """(h): N real agents on one machine, one worker each."""
+    if max(args.rdzv_agents) > 254:
+        raise BenchError("--rdzv-agents: at most 254 agents (one 127.0.0.x address each)")
+    env = ddprun_env()
     plugin = os.path.join(os.path.dirname(args.ddprun), "libddprun_store.so")
-    if args.multinode == "off":
+    results = {}  # agents -> {column: [seconds]}
+    for _ in range(args.scale_reps):  # interleaved, so drift hits every row alike
+        for agents in args.rdzv_agents:
+            samples = results.setdefault(agents, {"last": [], "first": [], "spawn": [], "libtorch": []})
+            directory = tempfile.mkdtemp(prefix="agents-", dir=scratch)
+            argvs = ddprun_nodes_argv(
+                args,
+                1,
+                [helper, "stamp", directory],
+                nnodes=agents,
+                extra=[f"--rdzv_conf=join_timeout={SCALE_LIMIT_S - 30}"],
+            )
+            started = []
+            exits, tails = run_together(argvs, env=env, limit_s=SCALE_LIMIT_S, started=started)
+            require_success(argvs, exits, tails)
+            workers = round_starts(read_stamps(directory), 0)
+            if len(workers) != agents:
+                raise BenchError(f"{len(workers)} of {agents} workers started: {' / '.join(tails[:3])}")
+            samples["last"].append(max(workers) - max(started))
+            samples["first"].append(max(workers) - min(started))
+            shutil.rmtree(directory)
+
+            # The limits: N plain processes fork+exec'd at once, and N
+            # processes that only load the store plugin (i.e. libtorch), as
+            # every agent does, started as the agents are.
+            directory = tempfile.mkdtemp(prefix="spawn-", dir=scratch)
+            run_timed([helper, "spawn", directory, str(agents)])
+            stamps = read_stamps(directory)
+            samples["spawn"].append(max(round_starts(stamps, 1)) - stamps["failed"])
+            shutil.rmtree(directory)
+            directory = tempfile.mkdtemp(prefix="loaders-", dir=scratch)
+            loaders = [[helper, "dlopen", plugin, directory] for _ in range(agents)]
+            started = []
+            exits, tails = run_together(loaders, limit_s=SCALE_LIMIT_S, started=started)
+            require_success(loaders, exits, tails)
+            loaded = [when for name, when in read_stamps(directory).items() if name.startswith("loaded-")]
+            samples["libtorch"].append(max(loaded) - min(started))
+            shutil.rmtree(directory)
+
+    smallest = statistics.median(results[min(results)]["last"])
+    rows = []
+    for agents, samples in sorted(results.items()):
+        last = statistics.median(samples["last"])
+        rows.append(
+            [str(agents), str(len(samples["last"]))]
+            + median_cells(samples["last"])
+            + [f"{statistics.median(samples['first']) * 1e3:.0f}"]
+            + [f"{statistics.median(samples['libtorch']) * 1e3:.0f}"]
+            + [f"{statistics.median(samples['spawn']) * 1e3:.1f}"]
+            + [f"{last / smallest:.2f}x"]
+        )
+    print_table(
+        "(h) rendezvous with real agents: N ddprun agents on this machine (127.0.0.1..N, node 0 hosts the "
+        "store), 1 worker each (it stamps the start of its main). ms from the last agent's start to the "
+        "last worker running; from the first agent's start; N processes that only dlopen the store plugin "
+        "(libtorch) as each agent does, started the same way, from the first start to the last one loaded "
+        "(the floor for N agents here); N plain processes fork+exec'd at once",
+        [
+            "agents",
+            "runs",
+            "last agent -> all ms",
+            "min",
+            "max",
+            "first agent -> all",
+            "N plugin loads",
+            "N plain spawns",
+            f"vs N={min(results)}",
+        ],
+        rows,
+    )
+
+
+def bench_rendezvous_simulated(args):
+    """(i): the rendezvous code alone, N agents as threads of one process."""
+    default = os.path.join(os.path.dirname(args.ddprun), "bench", "rendezvous_scale")
+    binary = args.rendezvous_scale or default
+    if not os.access(binary, os.X_OK):
+        print(f"\n(i) rendezvous, simulated agents: skipped: no {binary} (build the rendezvous_scale target)")
         return
-    if not os.path.exists(plugin):
-        print(f"\n(d)-(f) multi-node: skipped: no {plugin} (ddprun was built without libtorch)")
+
+    def parse(stream):
+        """One {field: number} per line "agents=N connect_ms=X join_ms=Y ops_max=A ops_node0=B"."""
+        return [
+            {key: float(value) for key, value in (field.split("=") for field in line.split())}
+            for line in stream.read().decode().splitlines()
+            if line.startswith("agents=")
+        ]
+
+    rows = []
+    join_s = {}
+    ops_seen = set()
+    for agents in args.rdzv_sim:
+        argv = [binary, str(agents), str(args.scale_reps)]
+        _, runs = run(argv, stdout=subprocess.PIPE, consume=parse, limit_s=SCALE_LIMIT_S)
+        if len(runs) != args.scale_reps:
+            raise BenchError(f"`{' '.join(argv)}` printed {len(runs)} of {args.scale_reps} results")
+        joins = [result["join_ms"] / 1e3 for result in runs]
+        ops = max(int(result["ops_max"]) for result in runs)
+        ops_seen.add(ops)
+        join_s[agents] = statistics.median(joins)
+        rows.append(
+            [str(agents), str(len(runs)), f"{statistics.median(r['connect_ms'] for r in runs):.1f}"]
+            + median_cells(joins, digits=1)
+            + [f"{join_s[agents] * 1e6 / agents:.0f}", str(ops)]
+            + [str(max(int(result["ops_node0"]) for result in runs))]
+        )
+    print_table(
+        "(i) rendezvous code alone: N agents as threads of one process, each with its own connection to a "
+        "real TCPStore (bench/rendezvous_scale). ms to open the N connections (one after another), ms "
+        "from releasing all N joins at once to the last one done; store operations of one join",
+        [
+            "agents",
+            "runs",
+            "connect ms",
+            "join ms (median)",
+            "min",
+            "max",
+            "join us / agent",
+            "ops per agent (max, not node 0)",
+            "ops of node 0",
+        ],
+        rows,
+    )
+    constant = "constant" if len(ops_seen) == 1 else "NOT constant"
+    verdicts = [f"ops per agent {constant} in N ({', '.join(map(str, sorted(ops_seen)))})"]
+    if 1024 in join_s:
+        met = "met" if join_s[1024] < SIMULATED_BUDGET_S else "missed"
+        budget = f"budget {SIMULATED_BUDGET_S:.0f} s"
+        verdicts.append(f"1024 agents joined in {join_s[1024]:.2f} s: {met} ({budget})")
+    print("    budget: " + "; ".join(verdicts))
+
+
+def bench_multinode(args, use_torchrun, scratch):
+    """(d)-(i): the sections chosen by --only; those that need ddprun's store
+    plugin only when this ddprun has it."""
+    wanted = args.only & {"failure", "jobs", "node-memory", "restart", "rdzv-agents", "rdzv-sim"}
+    if not wanted:
         return
+    plugin = os.path.join(os.path.dirname(args.ddprun), "libddprun_store.so")
+    have_plugin = args.multinode != "off" and os.path.exists(plugin)
+    if args.multinode != "off" and not have_plugin:
+        print(f"\n(d)-(i) multi-node: skipped: no {plugin} (ddprun was built without libtorch)")
     helper = compile_helper(scratch)
     if helper is None:
-        print("\n(d) skipped: no C compiler (cc) for the failing worker")
-    else:
-        bench_failure(args, use_torchrun, helper, scratch)
-    bench_jobs(args, use_torchrun, torch_version() != "?")
-    bench_node_memory(args, use_torchrun, helper, scratch)
+        print("\n(d), (g), (h) skipped: no C compiler (cc) for the workers that record times")
+    if have_plugin:
+        if "failure" in wanted and helper is not None:
+            bench_failure(args, use_torchrun, helper, scratch)
+        if "jobs" in wanted:
+            bench_jobs(args, use_torchrun, torch_version() != "?")
+        if "node-memory" in wanted:
+            bench_node_memory(args, use_torchrun, helper, scratch)
+    if "restart" in wanted and helper is not None:
+        bench_restart(args, use_torchrun, helper, scratch, two_agents=have_plugin)
+    if have_plugin:
+        if "rdzv-agents" in wanted and helper is not None:
+            bench_rendezvous_agents(args, helper, scratch)
+        if "rdzv-sim" in wanted:
+            bench_rendezvous_simulated(args)
 
 
 def torch_version():
@@ -866,11 +1321,15 @@ def main():
     print(f"torchrun: {torchrun}")
 
     started = time.perf_counter()
-    bench_launch(args, use_torchrun)
+    if "launch" in args.only:
+        bench_launch(args, use_torchrun)
     with tempfile.TemporaryDirectory(prefix="ddprun-bench-") as scratch:
-        log_path, lines = make_log_file(scratch, args.log_mb)
-        bench_logs(args, log_path)
-        bench_memory(args, use_torchrun, log_path, lines)
+        if args.only & {"logs", "memory"}:
+            log_path, lines = make_log_file(scratch, args.log_mb)
+            if "logs" in args.only:
+                bench_logs(args, log_path)
+            if "memory" in args.only:
+                bench_memory(args, use_torchrun, log_path, lines)
         bench_multinode(args, use_torchrun, scratch)
     print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
 

@@ -5,13 +5,16 @@
 # with two agents on loopback, how fast a failure on one node stops the
 # other, what a real 2x2 training job costs next to the same processes
 # started by hand, and what a multi-node agent takes in memory next to a
-# process that only loads libtorch. See bench/README.md for what each row
-# means. Bounded to 15 minutes; about 5 on 2 cores.
+# process that only loads libtorch; how long a restart takes next to starting
+# the same workers by hand, and how the rendezvous scales with N real agents
+# and with N simulated ones. See bench/README.md for what each row means.
+# Bounded to 15 minutes; about 5-8 on 2 cores.
 #
 #   bash bench/run.sh                      # uses build/, builds what is missing
 #   DDPRUN=/path/to/ddprun bash bench/run.sh --reps 50 --nproc 16
 #   bash bench/run.sh --torchrun off       # skip torchrun even if installed
-#   bash bench/run.sh --multinode off      # skip the 2-agent sections (d)-(f)
+#   bash bench/run.sh --multinode off      # skip what needs the store plugin
+#   bash bench/run.sh --only restart,i     # only these sections (names or letters)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,14 +25,15 @@ if [[ -z "${DDPRUN:-}" && ! -x "$ddprun" ]]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build --target ddprun -j"${JOBS:-$(nproc)}" >/dev/null
 fi
-# The multi-node sections need the store plugin beside ddprun and the C++
-# example; both exist only where libtorch is installed, so a build without
-# them skips those sections instead of failing.
-if [[ -z "${DDPRUN:-}" && ( ! -e build/libddprun_store.so || ! -x build/examples/train ) ]] \
+# The multi-node sections need the store plugin beside ddprun, the C++
+# example and bench/rendezvous_scale; they exist only where libtorch is
+# installed, so a build without them skips those sections instead of failing.
+if [[ -z "${DDPRUN:-}" && ( ! -e build/libddprun_store.so || ! -x build/examples/train \
+        || ! -x build/bench/rendezvous_scale ) ]] \
     && [[ " $* " != *" --multinode off "* && " $* " != *" --multinode=off "* ]]; then
-  echo "bench: building the store plugin and examples/train (multi-node sections)" >&2
+  echo "bench: building the store plugin, examples/train and bench/rendezvous_scale" >&2
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build --target ddprun_store train -j"${JOBS:-$(nproc)}" >/dev/null \
+  cmake --build build --target ddprun_store train rendezvous_scale -j"${JOBS:-$(nproc)}" >/dev/null \
     || echo "bench: could not build them (no libtorch?); the multi-node sections will be skipped" >&2
 fi
 if [[ ! -x /usr/bin/time ]]; then
