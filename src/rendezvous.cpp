@@ -178,6 +178,37 @@ class FieldReader {
         }
     }
 
+    // A list of exactly `count` integers in [min, max].
+    template <class Int>
+    void integers(const char* name, std::vector<Int>& out, std::size_t count, Int min, Int max) {
+        const json* field = list(name, count);
+        if (field == nullptr) return;
+        out.clear();
+        out.reserve(count);
+        for (const json& item : *field) {
+            if (!item.is_number_integer()) return fail(name, "holds something other than integers");
+            bool too_large = item.is_number_unsigned() &&
+                             item.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX);
+            auto value = too_large ? INT64_MAX : item.get<std::int64_t>();
+            if (too_large || value < static_cast<std::int64_t>(min) ||
+                value > static_cast<std::int64_t>(max))
+                return fail(name, fmt::format("holds {}, out of range", item.dump()));
+            out.push_back(static_cast<Int>(value));
+        }
+    }
+
+    // A list of exactly `count` strings.
+    void texts(const char* name, std::vector<std::string>& out, std::size_t count) {
+        const json* field = list(name, count);
+        if (field == nullptr) return;
+        out.clear();
+        out.reserve(count);
+        for (const json& item : *field) {
+            if (!item.is_string()) return fail(name, "holds something other than strings");
+            out.push_back(truncated(item.get_ref<const std::string&>(), k_max_message_bytes));
+        }
+    }
+
     const json* find(const char* name) {
         if (!m_error.empty()) return nullptr;
         auto it = m_object.find(name);
@@ -192,6 +223,20 @@ class FieldReader {
     const std::string& error() const { return m_error; }
 
   private:
+    const json* list(const char* name, std::size_t count) {
+        const json* field = find(name);
+        if (field == nullptr) return nullptr;
+        if (!field->is_array()) {
+            fail(name, "is not a list");
+            return nullptr;
+        }
+        if (field->size() != count) {
+            fail(name, fmt::format("lists {} nodes, not {}", field->size(), count));
+            return nullptr;
+        }
+        return field;
+    }
+
     void fail(const char* name, const std::string& why) {
         if (m_error.empty()) m_error = fmt::format("field '{}' {}", name, why);
     }
@@ -218,10 +263,7 @@ void read_fingerprint(FieldReader& read, Fingerprint& fingerprint) {
     read.text("version", fingerprint.version);
 }
 
-// In a membership the nodes' fingerprints are known to be equal and stored
-// once: every agent parses the membership, and at a thousand nodes the
-// repeated program and arguments would be most of it.
-json node_json(const NodeInfo& info, bool with_fingerprint = true) {
+json node_json(const NodeInfo& info) {
     json object = {{"node_rank", info.node_rank},
                    {"host", info.host},
                    {"addr", info.addr},
@@ -229,13 +271,11 @@ json node_json(const NodeInfo& info, bool with_fingerprint = true) {
                    {"master_port", info.master_port},
                    {"pid", info.pid},
                    {"agent_id", info.agent_id}};
-    if (with_fingerprint) add_fingerprint(object, info.fingerprint);
+    add_fingerprint(object, info.fingerprint);
     return object;
 }
 
-// `shared`: the fingerprint of a membership's nodes; null: read the node's own.
-std::expected<NodeInfo, std::string> node_from(const json& object,
-                                               const Fingerprint* shared = nullptr) {
+std::expected<NodeInfo, std::string> node_from(const json& object) {
     if (!object.is_object()) return std::unexpected(std::string("a node record is not an object"));
     NodeInfo info;
     FieldReader read(object);
@@ -246,10 +286,7 @@ std::expected<NodeInfo, std::string> node_from(const json& object,
     read.integer("master_port", info.master_port, 0, 65535);
     read.integer("pid", info.pid, std::int64_t{0}, std::int64_t{INT64_MAX});
     read.text("agent_id", info.agent_id);
-    if (shared != nullptr)
-        info.fingerprint = *shared;
-    else
-        read_fingerprint(read, info.fingerprint);
+    read_fingerprint(read, info.fingerprint);
     if (!read.ok()) return std::unexpected(read.error());
     return info;
 }
@@ -556,9 +593,24 @@ std::optional<RendezvousError> Rendezvous::collect(int round, const NodeInfo& me
     if (std::string mismatch = fingerprint_mismatch(nodes); !mismatch.empty())
         return RendezvousError{"rendezvous: the nodes must run the same job, but " + mismatch};
 
-    json list = json::array();
-    for (const auto& node : nodes) list.push_back(node_json(node, false));
-    json membership = {{"kind", "membership"}, {"round", round}, {"nodes", std::move(list)}};
+    // By column, not a record per node: every agent reads it, so its size and the
+    // work to parse it, which grow with the number of nodes, are kept small.
+    json nproc = json::array(), hosts = json::array(), pids = json::array(),
+         agent_ids = json::array();
+    for (const auto& node : nodes) {
+        nproc.push_back(node.nproc);
+        hosts.push_back(node.host);
+        pids.push_back(node.pid);
+        agent_ids.push_back(node.agent_id);
+    }
+    json membership = {{"kind", "membership"},
+                       {"round", round},
+                       {"master_addr", nodes.front().addr},
+                       {"master_port", nodes.front().master_port},
+                       {"nproc", std::move(nproc)},
+                       {"host", std::move(hosts)},
+                       {"pid", std::move(pids)},
+                       {"agent_id", std::move(agent_ids)}};
     add_fingerprint(membership, me.fingerprint);
     m_store.compare_set(key(round, "result"), "", membership.dump());
     return std::nullopt;
@@ -612,40 +664,36 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::read_result(int roun
             return std::unexpected(RendezvousError{malformed(result_key, read.error())});
         return std::unexpected(error);
     }
-    if (kind != "membership" || !result.contains("nodes") || !result["nodes"].is_array()) {
+    if (kind != "membership" || !result.contains("nproc") || !result["nproc"].is_array()) {
         return std::unexpected(
             RendezvousError{malformed(result_key, "neither a membership nor an abort")});
     }
-    const json& list = result["nodes"];
-    if (list.size() != static_cast<std::size_t>(me.fingerprint.nnodes)) {
+    const std::size_t listed = result["nproc"].size();
+    if (listed != static_cast<std::size_t>(me.fingerprint.nnodes)) {
         return std::unexpected(RendezvousError{
-            nnodes_mismatch(static_cast<int>(list.size()), me.fingerprint.nnodes, me.node_rank)});
+            nnodes_mismatch(static_cast<int>(listed), me.fingerprint.nnodes, me.node_rank)});
     }
     Fingerprint fingerprint;
-    FieldReader read(result);
-    read_fingerprint(read, fingerprint);
-    if (!read.ok()) return std::unexpected(RendezvousError{malformed(result_key, read.error())});
     RoundMembership membership;
     membership.round = round;
     membership.node_rank = me.node_rank;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-        auto node = node_from(list[i], &fingerprint);
-        if (!node) return std::unexpected(RendezvousError{malformed(result_key, node.error())});
-        if (node->node_rank != static_cast<int>(i)) {
-            return std::unexpected(RendezvousError{malformed(
-                result_key, fmt::format("node {} is listed as node {}", i, node->node_rank))});
-        }
-        membership.nproc_per_node.push_back(node->nproc);
-        membership.nodes.push_back(std::move(*node));
-    }
-    const NodeInfo& mine = membership.nodes[static_cast<std::size_t>(me.node_rank)];
-    if (mine.agent_id != m_agent_id) {
+    std::vector<std::int64_t> pids;
+    std::vector<std::string> agent_ids;
+    FieldReader read(result);
+    read_fingerprint(read, fingerprint);
+    read.text("master_addr", membership.master_addr);
+    read.integer("master_port", membership.master_port, 0, 65535);
+    read.integers("nproc", membership.nproc_per_node, listed, 1, k_max_int);
+    read.texts("host", membership.hosts, listed);
+    read.integers("pid", pids, listed, std::int64_t{0}, std::int64_t{INT64_MAX});
+    read.texts("agent_id", agent_ids, listed);
+    if (!read.ok()) return std::unexpected(RendezvousError{malformed(result_key, read.error())});
+    const auto mine = static_cast<std::size_t>(me.node_rank);
+    if (agent_ids[mine] != m_agent_id) {
         return std::unexpected(RendezvousError{
             fmt::format("rendezvous: round {} went ahead with another agent as node {} ({})", round,
-                        me.node_rank, describe_agent(mine.host, mine.pid))});
+                        me.node_rank, describe_agent(membership.hosts[mine], pids[mine]))});
     }
-    membership.master_addr = membership.nodes.front().addr;
-    membership.master_port = membership.nodes.front().master_port;
     return membership;
 }
 

@@ -164,8 +164,8 @@ TEST(RendezvousJoin, AssignsRanksWithTheStoreHostAsNodeZero) {
         ASSERT_TRUE(results[i].joined) << error_of(results[i]);
         const RoundMembership& m = *results[i].joined;
         ranks.insert(m.node_rank);
-        EXPECT_EQ(m.nodes.size(), 5u);
-        EXPECT_EQ(m.nodes[static_cast<std::size_t>(m.node_rank)].host, agents[i].me.host);
+        EXPECT_EQ(m.hosts.size(), 5u);
+        EXPECT_EQ(m.hosts[static_cast<std::size_t>(m.node_rank)], agents[i].me.host);
         EXPECT_EQ(m.master_addr, "10.0.0.1");
         EXPECT_EQ(m.master_port, 29500);
         EXPECT_EQ(m.nproc_per_node, std::vector<int>(5, 2));
@@ -419,11 +419,15 @@ TEST(RendezvousJoin, MalformedRecordsGiveOneClearLine) {
         {"result not JSON", "result", "garbage{", "not JSON"},
         {"result not ours", "result", R"({"kind":"party"})", "neither a membership"},
         {"result membership without fingerprint", "result",
-         R"({"kind":"membership","nodes":[{},{}]})", "field 'nnodes' is missing"},
+         R"({"kind":"membership","nproc":[1,1]})", "field 'nnodes' is missing"},
         {"result membership of strings", "result",
-         R"({"kind":"membership","nodes":["a","b"],"nnodes":2,"program":"p","max_restarts":0,)"
-         R"("run_id":"job","version":"v"})",
-         "not an object"},
+         R"({"kind":"membership","nproc":["a","b"],"nnodes":2,"program":"p","max_restarts":0,)"
+         R"("run_id":"job","version":"v","master_addr":"h","master_port":1})",
+         "field 'nproc' holds something other than integers"},
+        {"result membership with a short column", "result",
+         R"({"kind":"membership","nproc":[1,1],"host":["h"],"nnodes":2,"program":"p",)"
+         R"("max_restarts":0,"run_id":"job","version":"v","master_addr":"h","master_port":1})",
+         "field 'host' lists 1 nodes, not 2"},
         {"result abort without message", "result", R"({"kind":"abort"})", "field 'message'"},
         {"deep nesting", "result", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "nested too deeply"},
     };
