@@ -463,10 +463,15 @@ Parsed<std::string> parse_nonempty(const Setting& s, std::string_view example) {
     return s.value;
 }
 
-// A host name or address: what other nodes and messages will use verbatim.
-Parsed<std::string> parse_host(const Setting& s, std::string_view example) {
+// A host name or address: what other nodes and messages will use verbatim. Empty
+// only where `empty_ok` (then the default applies, as in torchrun).
+Parsed<std::string> parse_host(const Setting& s, std::string_view example, bool empty_ok = false) {
+    if (s.value.empty()) {
+        if (empty_ok) return s.value;
+        return std::unexpected(s.error("must not be empty", example));
+    }
     std::string host(trim(s.value));
-    if (host.empty()) return std::unexpected(s.error("must not be empty", example));
+    if (host.empty()) return std::unexpected(s.error("must not be blank", example));
     if (std::ranges::any_of(host, [](unsigned char c) { return std::isspace(c) || c < 0x20; }))
         return std::unexpected(s.error("a host name or address has no spaces", example));
     return host;
@@ -710,7 +715,7 @@ std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
           [](const Setting& s) { return parse_host(s, "10.0.0.1"); });
     b.set("master_port", config.master_port, parse_port);
     b.set("local_addr", config.local_addr,
-          [](const Setting& s) { return parse_host(s, "10.0.0.2"); });
+          [](const Setting& s) { return parse_host(s, "10.0.0.2", true); });
     b.set("rdzv_backend", config.rdzv_backend, parse_backend);
     b.set("rdzv_endpoint", config.rdzv_endpoint, parse_endpoint);
     b.set("rdzv_id", config.rdzv_id, [](const Setting& s) { return parse_nonempty(s, "job42"); });

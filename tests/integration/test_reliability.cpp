@@ -1750,7 +1750,7 @@ std::vector<BadInput> bad_flag_values() {
         {"nproc_per_node", {"", "-1", "0", huge, "abc", "1.5", "gpus"}},
         {"node_rank", {"", "-1", "1", huge, "abc", "1.5"}},
         {"master_addr", {"", " ", "a b"}},
-        {"local_addr", {"", " ", "a b"}},
+        {"local_addr", {" ", "a b"}},
         {"master_port", {"", "-1", "65536", huge, "abc", "1.5"}},
         {"rdzv_backend", {"", "etcd", "zmq", "1"}},
         {"rdzv_endpoint", {":29400", "h:-1", "h:65536", "h:abc", "h:" + huge, "[::1"}},

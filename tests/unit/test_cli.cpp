@@ -471,7 +471,7 @@ TEST(CliRejects, JobShape) {
         {{"--nproc_per_node=-99999999999999999999", "./t"},
          {},
          {"--nproc_per_node=-99999999999999999999", "at least 1"}},
-        {{"--local_addr= ", "./t"}, {}, {"--local_addr", "must not be empty"}},
+        {{"--local_addr= ", "./t"}, {}, {"--local_addr", "must not be blank"}},
         {{"--local_addr=node 1", "./t"}, {}, {"--local_addr='node 1'", "no spaces"}},
         {{"--master_addr=a b", "./t"}, {}, {"--master_addr='a b'", "no spaces"}},
         {{"--nnodes"}, {}, {"--nnodes", "missing value"}},
