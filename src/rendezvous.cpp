@@ -651,7 +651,13 @@ std::string Rendezvous::abort_join(int round, const std::string& message, int ex
 std::expected<RoundMembership, RendezvousError> Rendezvous::read_result(int round,
                                                                         const NodeInfo& me) {
     const std::string result_key = key(round, "result");
-    auto object = parse_object(m_store.get(result_key));
+    return parse_round_result(m_store.get(result_key), result_key, round, me);
+}
+
+std::expected<RoundMembership, RendezvousError> parse_round_result(std::string_view text,
+                                                                   const std::string& result_key,
+                                                                   int round, const NodeInfo& me) {
+    auto object = parse_object(text);
     if (!object) return std::unexpected(RendezvousError{malformed(result_key, object.error())});
     const json& result = *object;
     std::string kind = string_field(result, "kind");
@@ -689,7 +695,7 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::read_result(int roun
     read.texts("agent_id", agent_ids, listed);
     if (!read.ok()) return std::unexpected(RendezvousError{malformed(result_key, read.error())});
     const auto mine = static_cast<std::size_t>(me.node_rank);
-    if (agent_ids[mine] != m_agent_id) {
+    if (agent_ids[mine] != me.agent_id) {
         return std::unexpected(RendezvousError{
             fmt::format("rendezvous: round {} went ahead with another agent as node {} ({})", round,
                         me.node_rank, describe_agent(membership.hosts[mine], pids[mine]))});

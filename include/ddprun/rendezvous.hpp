@@ -119,6 +119,13 @@ std::string to_json(const NodeInfo& info);
 std::expected<NodeInfo, std::string> parse_node_info(std::string_view text);
 std::string to_json(const FailureRecord& record);
 std::expected<FailureRecord, std::string> parse_failure_record(std::string_view text);
+// The record under a round's "result" key (read from `key`), as the agent `me`
+// reads it (its node rank, nnodes and agent id): the round's membership, or why
+// the round did not start (an abort, a record that is not one, a membership that
+// does not fit `me`) as an error naming the key.
+std::expected<RoundMembership, RendezvousError> parse_round_result(std::string_view text,
+                                                                   const std::string& key,
+                                                                   int round, const NodeInfo& me);
 
 class Rendezvous {
   public:

@@ -102,6 +102,35 @@ inline std::string check_failure_record(std::string_view data) {
                                                    ddprun::parse_failure_record);
 }
 
+// The membership every agent reads (or the abort in its place), as node 1 of 3
+// reads it: an error is one line naming the key; a membership fits that node.
+inline std::string check_round_result(std::string_view data) {
+    ddprun::NodeInfo me;
+    me.node_rank = 1;
+    me.fingerprint.nnodes = 3;
+    me.agent_id = "a1";
+    const std::string key = "ddprun/job/r0/result";
+    try {
+        auto parsed = ddprun::parse_round_result(data, key, 0, me);
+        if (!parsed) {
+            std::string broken = check_one_line("parse_round_result", parsed.error().message);
+            if (!broken.empty()) return broken;
+            if (parsed.error().exit_code < 0 || parsed.error().exit_code > 255)
+                return "parse_round_result gave an exit code outside 0..255";
+            return {};
+        }
+        if (parsed->nproc_per_node.size() != 3 || parsed->hosts.size() != 3)
+            return "parse_round_result accepted a membership that does not list 3 nodes";
+        for (int nproc : parsed->nproc_per_node)
+            if (nproc < 1) return "parse_round_result accepted a node with no workers";
+        if (parsed->master_port < 0 || parsed->master_port > 65535)
+            return "parse_round_result accepted a port outside 0..65535";
+    } catch (const std::exception& error) {
+        return std::string("parse_round_result threw: ") + error.what();
+    }
+    return {};
+}
+
 inline std::string check_hostlist(std::string_view data) {
     try {
         auto hosts = ddprun::expand_hostlist(data);
@@ -123,7 +152,7 @@ struct Target {
 inline constexpr Target k_targets[] = {
     {"cli", check_command_line},    {"error_file", check_error_file},
     {"node_info", check_node_info}, {"failure_record", check_failure_record},
-    {"hostlist", check_hostlist},
+    {"hostlist", check_hostlist},   {"round_result", check_round_result},
 };
 
 }  // namespace ddprun_fuzz
