@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -136,14 +137,24 @@ def run(argv, stdout=subprocess.DEVNULL, shell=False, consume=None, limit_s=COMM
     start = time.perf_counter()
     with tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, shell=shell, start_new_session=True)
+        # wait() with a timeout polls with sleeps that back off to 50 ms, which rounds every
+        # time up to about 64, 114, 164... ms; without one it blocks in waitpid. A timer
+        # enforces the limit instead.
+        watchdog = threading.Timer(limit_s, os.killpg, (proc.pid, signal.SIGKILL))
+        watchdog.start()
         try:
             result = consume(proc.stdout) if consume else None
-            proc.wait(timeout=limit_s)
+            proc.wait()
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
+        finally:
+            watchdog.cancel()
         elapsed = time.perf_counter() - start
+        if elapsed >= limit_s:
+            shown = argv if isinstance(argv, str) else " ".join(argv)
+            raise BenchError(f"`{shown}` did not finish within {limit_s} s")
         if proc.returncode != 0:
             stderr.seek(0)
             tail = stderr.read().decode(errors="replace").strip().splitlines()[-5:]

@@ -1,8 +1,9 @@
 // LogMux: the hot path of ddprun. Every byte a worker writes passes through
 // here once, so the loop is built around whole chunks: one read() per chunk,
-// the prefixed output assembled in one reusable buffer, one write() per
-// destination. Per-line work is a memchr and two appends; nothing allocates or
-// makes a syscall per line.
+// the prefixed output assembled in one reusable buffer by the splitter's
+// block copy (line_splitter.hpp), one write() per destination; nothing
+// allocates or makes a syscall per line. A pipe that a worker fills is grown,
+// so a chatty worker and ddprun trade a megabyte per wake-up, not 64 KiB.
 //
 // Pipes are watched with async_wait (readiness) and read here with read(),
 // rather than with async_read_some: then no bytes ever sit inside Asio in a
@@ -43,6 +44,16 @@ constexpr int k_reads_per_turn = 16;
 constexpr std::size_t k_max_pending = 1024 * 1024;
 // Longest stderr line kept in the tail; the rest of such a line is dropped.
 constexpr std::size_t k_max_tail_line = 64 * 1024;
+// A pipe found full (the worker writes faster than one 64 KiB pipe carries)
+// is grown to this, the most an unprivileged process may ask for by default
+// (/proc/sys/fs/pipe-max-size): the worker then blocks and wakes 16 times
+// less often, and it and ddprun can run side by side instead of taking turns.
+constexpr int k_grown_pipe_size = 1024 * 1024;
+// Pipe buffers count against the user's pipe-user-pages-soft (64 MiB by
+// default); past it the kernel gives every new pipe of that user, the
+// workers' own included, only two pages. So only pipes that fill are grown,
+// and no more than this many at a time (16 MiB).
+constexpr std::size_t k_max_grown_pipes = 16;
 
 // Writes everything, retrying on EINTR and waiting for writability on
 // EAGAIN (a console someone made non-blocking). Returns 0 or an errno.
@@ -61,35 +72,6 @@ int write_all(int fd, const char* data, std::size_t size) {
     }
     return 0;
 }
-
-// The assembled console write. Appends are inlined memcpys with one capacity
-// check: std::string::append costs a library call per segment, which is a
-// third of the per-line cost at 100-byte lines.
-class OutputBuffer {
-  public:
-    void clear() { m_size = 0; }
-    const char* data() const { return m_data.get(); }
-    std::size_t size() const { return m_size; }
-
-    void append(std::string_view text) {
-        if (m_capacity - m_size < text.size()) grow(text.size());
-        std::memcpy(m_data.get() + m_size, text.data(), text.size());
-        m_size += text.size();
-    }
-
-  private:
-    void grow(std::size_t extra) {
-        std::size_t capacity = std::max({m_capacity * 2, m_size + extra, k_read_size * 2});
-        auto data = std::make_unique_for_overwrite<char[]>(capacity);
-        if (m_size > 0) std::memcpy(data.get(), m_data.get(), m_size);
-        m_data = std::move(data);
-        m_capacity = capacity;
-    }
-
-    std::unique_ptr<char[]> m_data;
-    std::size_t m_size = 0;
-    std::size_t m_capacity = 0;
-};
 
 // The last lines of one stderr stream, for the failure report. A fixed ring of
 // strings whose capacity is reused, so keeping the tail costs no allocation
@@ -194,6 +176,8 @@ struct LogMux::Impl {
         // When the oldest byte still held back by the splitter arrived.
         std::chrono::steady_clock::time_point partial_since;
         Console* console = nullptr;  // null: not shown on the console
+        std::size_t pipe_size = 0;   // its capacity; 0: unknown or not to be grown
+        bool pipe_grown = false;     // counted in grown_pipes
         std::string prefix;
         LineSplitter splitter;
         int file_fd = -1;
@@ -224,6 +208,8 @@ struct LogMux::Impl {
         ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // never inherited by the next worker spawned
         auto stream = std::make_shared<Stream>(io, fd);
         stream->mux = this;
+        int pipe_size = ::fcntl(fd, F_GETPIPE_SZ);
+        stream->pipe_size = pipe_size > 0 ? static_cast<std::size_t>(pipe_size) : 0;
         stream->prefix = prefix;
         if (sink.console && console->fd >= 0) stream->console = console;
         if (!sink.file_path.empty()) {
@@ -245,8 +231,10 @@ struct LogMux::Impl {
         for (int i = 0; i < k_reads_per_turn; ++i) {
             ssize_t got = ::read(stream->pipe.native_handle(), read_buffer.data(), k_read_size);
             if (got > 0) {
-                carry(stream, std::string_view(read_buffer.data(), static_cast<std::size_t>(got)));
-                if (static_cast<std::size_t>(got) < k_read_size) return wait(stream);
+                auto size = static_cast<std::size_t>(got);
+                if (size == stream->pipe_size) grow_pipe(*stream);
+                carry(stream, std::string_view(read_buffer.data(), size));
+                if (size < k_read_size) return wait(stream);
             } else if (got == 0) {
                 return close_stream(*stream);
             } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -258,6 +246,22 @@ struct LogMux::Impl {
         boost::asio::post(io, [stream] {
             if (stream->open) stream->mux->pump(stream);
         });
+    }
+
+    // A read that took a whole pipe's worth found it full: the worker was (or
+    // was about to be) blocked on it.
+    void grow_pipe(Stream& stream) {
+        if (stream.pipe_grown || grown_pipes >= k_max_grown_pipes) return;
+        // Fails where pipe-max-size or the user's pipe limits are lower: then
+        // the pipe keeps its size, and no full read asks again.
+        int size = ::fcntl(stream.pipe.native_handle(), F_SETPIPE_SZ, k_grown_pipe_size);
+        if (size <= 0 || static_cast<std::size_t>(size) <= stream.pipe_size) {
+            stream.pipe_size = 0;
+            return;
+        }
+        stream.pipe_size = static_cast<std::size_t>(size);
+        stream.pipe_grown = true;
+        ++grown_pipes;
     }
 
     void wait(const std::shared_ptr<Stream>& stream) {
@@ -315,7 +319,7 @@ struct LogMux::Impl {
         LineSplitter& splitter = stream->splitter;
         std::size_t pending_before = splitter.pending_size();
         SegmentSink sink = begin_output(*stream);
-        splitter.feed(chunk, sink);
+        splitter.feed_prefixed(chunk, stream->prefix, output);
         if (splitter.pending_size() > k_max_pending) splitter.flush_partial(sink);
         end_output(*stream);
         if (!splitter.has_partial()) return;
@@ -384,6 +388,8 @@ struct LogMux::Impl {
             stream.console->owner = nullptr;
         }
         stream.open = false;
+        if (stream.pipe_grown) --grown_pipes;  // its buffer goes with the worker's end
+        stream.pipe_grown = false;
         boost::system::error_code ignored;
         stream.pipe.close(ignored);  // cancels the pending wait; its handler sees !open
         stream.partial_timer.cancel();
@@ -425,6 +431,7 @@ struct LogMux::Impl {
     OutputBuffer output;            // the assembled console write, reused
     std::map<int, Worker> workers;
     std::size_t open_streams = 0;
+    std::size_t grown_pipes = 0;  // open pipes grown to k_grown_pipe_size
     std::size_t bytes_carried = 0;
     std::string file_error;
     std::string console_error;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -394,6 +395,110 @@ TEST_F(LogMuxTest, HugeLineWithoutNewlineArrivesIntact) {
         m_mux.reset();
         ASSERT_EQ(::ftruncate(m_options.stdout_fd, 0), 0);
     }
+}
+
+// A worker that prints in bulk: lines of every length (some longer than a
+// read, some ended by '\r'), through pipes the mux grows, written in writes
+// that never match the reads. The console shows every line once, whole and
+// prefixed, exactly as the line splitter defines it.
+std::string bulk_output(std::size_t size, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::string data;
+    while (data.size() < size) {
+        std::size_t length = rng() % 10 == 0 ? rng() % 200000 : rng() % 300;
+        for (std::size_t i = 0; i < length; ++i) data += static_cast<char>('a' + (i + length) % 26);
+        data += rng() % 8 == 0 ? '\r' : '\n';
+    }
+    return data;
+}
+
+std::string prefixed(const std::string& data, const std::string& prefix) {
+    std::string out;
+    bool line_start = true;
+    for (char c : data) {
+        if (line_start) out += prefix;
+        out += c;
+        line_start = c == '\n' || c == '\r';
+    }
+    return out;
+}
+
+int pipe_size(int fd) {
+    return ::fcntl(fd, F_GETPIPE_SZ);
+}
+
+bool can_grow_pipes_to_a_megabyte() {
+    std::string max = read_file("/proc/sys/fs/pipe-max-size");
+    return !max.empty() && std::stol(max) >= 1024 * 1024;
+}
+
+TEST_F(LogMuxTest, WorkerThatFillsItsPipeGetsABiggerOneAndEveryLineArrives) {
+    if (!can_grow_pipes_to_a_megabyte()) GTEST_SKIP() << "pipe-max-size below 1 MiB";
+    start();
+    Worker w;
+    add(0, w, {true, path("bulk.log").string()});
+    int first_size = pipe_size(w.out.write_end);
+    ASSERT_GT(first_size, 0);
+    std::string data = bulk_output(6 * 1024 * 1024, 1);
+    // The pipe is full when the mux first reads it, whatever the scheduling.
+    std::string_view rest(data);
+    w.out.write(rest.substr(0, static_cast<std::size_t>(first_size)));
+    rest.remove_prefix(static_cast<std::size_t>(first_size));
+    std::thread writer([&] {
+        std::mt19937 rng(2);
+        while (!rest.empty()) {
+            std::size_t n = std::min<std::size_t>(1 + rng() % 300000, rest.size());
+            w.out.write(rest.substr(0, n));
+            rest.remove_prefix(n);
+        }
+    });
+    bool carried = run_until([&] { return m_mux->bytes_carried() == data.size(); });
+    writer.join();
+    ASSERT_TRUE(carried);
+    EXPECT_EQ(pipe_size(w.out.write_end), 1024 * 1024);
+    EXPECT_EQ(pipe_size(w.err.write_end), first_size) << "a pipe that never filled stays as it was";
+    w.close();
+    ASSERT_TRUE(run_until_closed());
+    EXPECT_TRUE(console_out() == prefixed(data, "[0]: ")) << "console differs";
+    EXPECT_TRUE(read_file(path("bulk.log")) == data) << "log file differs";
+}
+
+// Grown pipes count against the user's pipe pages, which the workers' own
+// pipes need too: past 16 grown pipes (16 MiB) no more grow.
+TEST_F(LogMuxTest, PipesGrowOnlyWithinTheirBudget) {
+    if (!can_grow_pipes_to_a_megabyte()) GTEST_SKIP() << "pipe-max-size below 1 MiB";
+    start();
+    constexpr int k_workers = 20;
+    std::vector<std::unique_ptr<Worker>> workers;
+    std::size_t total = 0;
+    std::size_t console_size = 0;
+    for (int i = 0; i < k_workers; ++i) {
+        workers.push_back(std::make_unique<Worker>());
+        Worker& w = *workers.back();
+        add(i, w);
+        int size = pipe_size(w.out.write_end);
+        ASSERT_GT(size, 0);
+        std::string fill =
+            prefixed(std::string(static_cast<std::size_t>(size) / 8, '\n'), "1234567");
+        w.out.write(fill);  // exactly full
+        total += fill.size();
+        console_size += fill.size() + fill.size() / 8 * ("[" + std::to_string(i) + "]: ").size();
+    }
+    ASSERT_TRUE(run_until([&] { return m_mux->bytes_carried() == total; }));
+    int grown = 0;
+    for (auto& w : workers) grown += pipe_size(w->out.write_end) == 1024 * 1024 ? 1 : 0;
+    EXPECT_EQ(grown, 16);
+    for (auto& w : workers) w->close();
+    ASSERT_TRUE(run_until_closed());
+    EXPECT_EQ(console_out().size(), console_size);
+
+    // Closed pipes give their share back: the next round's pipes grow again.
+    Worker next;
+    add(0, next);
+    std::string fill(static_cast<std::size_t>(pipe_size(next.out.write_end)), '\n');
+    next.out.write(fill);
+    ASSERT_TRUE(run_until([&] { return m_mux->bytes_carried() == total + fill.size(); }));
+    EXPECT_EQ(pipe_size(next.out.write_end), 1024 * 1024);
 }
 
 // ---------------------------------------------------------------- files
