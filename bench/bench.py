@@ -1324,6 +1324,9 @@ def main():
     args = parse_args()
     if not os.access(args.ddprun, os.X_OK):
         raise BenchError(f"{args.ddprun} is not an executable; build ddprun first")
+    # The launcher is measured, not the GPUs: on a GPU machine 8 workers would
+    # exceed its devices, and every tool here gets the same (empty) device list.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     use_torchrun = have_torchrun(args.torchrun)
     version = subprocess.run([args.ddprun, "--version"], capture_output=True, text=True).stdout.strip()
     torchrun = f"torch {torch_version()} via bench/torchrun_compat.py" if use_torchrun else "not measured"
