@@ -49,6 +49,7 @@ using Kind = StoreError::Kind;
 // The host's own connections go over loopback: the server listens on every
 // address, and the name the other nodes use may not resolve to this host here.
 constexpr const char* k_loopback = "127.0.0.1";
+constexpr std::chrono::milliseconds k_forever = std::chrono::milliseconds::max();
 // What a user can do about an occupied port, in the flags they know.
 constexpr const char* k_port_hint =
     "pick a free port with --rdzv_endpoint=HOST:PORT (or --master_port)";
@@ -161,7 +162,7 @@ class TcpStore final : public ddprun::Store {
     }
 
     void set(const std::string& key, const std::string& value) override {
-        run("set", key, [&](c10d::TCPStore& client) {
+        run_again_if_cut_off("set", key, [&](c10d::TCPStore& client) {
             client.set(key, to_bytes(value));
             // c10d's set gets no reply. One round trip on the same connection
             // (the server serves it in order) makes the value visible to every
@@ -187,7 +188,7 @@ class TcpStore final : public ddprun::Store {
 
     std::string compare_set(const std::string& key, const std::string& expected,
                             const std::string& desired) override {
-        return run("compare_set", key, [&](c10d::TCPStore& client) {
+        return run_again_if_cut_off("compare_set", key, [&](c10d::TCPStore& client) {
             std::string result =
                 to_string(client.compareSet(key, to_bytes(expected), to_bytes(desired)));
             bool ambiguous = !expected.empty() && result == expected;
@@ -255,8 +256,9 @@ class TcpStore final : public ddprun::Store {
     // something accepts but does not answer within `answer_within`, closes or resets
     // the connection, or answers nonsense: c10d 1.13 would wait for its answer without
     // a bound, or die of the reset on its own thread (std::terminate).
-    void probe_store(std::chrono::steady_clock::time_point deadline,
+    void probe_store(std::chrono::milliseconds connect_window,
                      std::chrono::milliseconds answer_within) {
+        const auto deadline = std::chrono::steady_clock::now() + connect_window;
         addrinfo hints{};
         hints.ai_socktype = SOCK_STREAM;
         addrinfo* found = nullptr;
@@ -275,7 +277,13 @@ class TcpStore final : public ddprun::Store {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         ::freeaddrinfo(found);
-        if (fd < 0) return;
+        if (fd < 0) {
+            // c10d would try again for as long, one attempt a second.
+            throw StoreError(Kind::Connection,
+                             "cannot connect to the rendezvous store at " + endpoint() +
+                                 " within " + seconds_text(connect_window) +
+                                 " (nothing accepts connections there: is its host up?)");
+        }
         auto [silent, problem] = check_answers(fd, answer_within);
         ::close(fd);
         if (problem.empty()) {
@@ -327,13 +335,14 @@ class TcpStore final : public ddprun::Store {
 
     // The live connection, opened if the last one failed; a new one must answer within
     // `answer_within`. Needs m_mutex.
-    c10d::TCPStore& connected(std::chrono::milliseconds answer_within) {
+    c10d::TCPStore& connected(std::chrono::milliseconds answer_within,
+                              std::chrono::milliseconds connect_window = k_forever) {
         if (m_client) return *m_client;
         // c10d's client sleeps a whole second after a refused connect; an agent that starts
         // a moment before the store's host would lose that second. Probing the port every
         // 10 ms first costs nothing when the host is up, and the probe's request tells a
         // store from another program on the port.
-        probe_store(std::chrono::steady_clock::now() + connect_timeout(m_timeout),
+        probe_store(std::min(connect_window, connect_timeout(m_timeout)),
                     std::min(answer_within, m_timeout));
         try {
             m_client =
@@ -354,10 +363,11 @@ class TcpStore final : public ddprun::Store {
     // must reconnect first gets at most `answer_within` for the store to answer.
     template <class Request>
     auto run(const char* operation, const std::string& key, Request&& request,
-             std::chrono::milliseconds answer_within = std::chrono::milliseconds::max())
+             std::chrono::milliseconds answer_within = k_forever,
+             std::chrono::milliseconds connect_window = k_forever)
         -> std::invoke_result_t<Request&, c10d::TCPStore&> {
         std::lock_guard lock(m_mutex);
-        c10d::TCPStore& client = connected(answer_within);
+        c10d::TCPStore& client = connected(answer_within, connect_window);
         try {
             return request(client);
         } catch (const StoreError&) {
@@ -377,6 +387,22 @@ class TcpStore final : public ddprun::Store {
             }
             throw StoreError(kind, prefix + "cannot " + operation + " '" + key + "': " + message);
         }
+    }
+
+    // For requests that may run twice (a set, a compare_set from absent). c10d 1.13's
+    // server wakes a key's waiters while it serves the write; when one of them has just
+    // closed its connection (ddprun drops a connection whose wait timed out), the send
+    // fails and the server drops the writer's connection instead. A store that is still
+    // there takes the request again at once; one that is gone fails within a second.
+    template <class Request>
+    auto run_again_if_cut_off(const char* operation, const std::string& key, Request&& request)
+        -> std::invoke_result_t<Request&, c10d::TCPStore&> {
+        try {
+            return run(operation, key, request);
+        } catch (const StoreError& error) {
+            if (error.kind() != Kind::Connection) throw;
+        }
+        return run(operation, key, request, k_forever, std::chrono::seconds(1));
     }
 
     [[noreturn]] void throw_wait_timeout(const std::vector<std::string>& keys,

@@ -6,71 +6,25 @@
 //    marks the round complete, node 0 reads the records once and publishes the
 //    whole membership (or why the round failed) as one record that everyone
 //    waits for and reads with one get.
-// Anything read from the store may have been written by another version, a
-// stray client or by hand, so it is parsed as untrusted text.
+// What each record holds, and how it is written and read, is in records.cpp.
 #include "ddprun/rendezvous.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
-#include <functional>
 #include <random>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+
+#include "records_internal.hpp"
 
 namespace ddprun {
 
 namespace {
 
-using nlohmann::json;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-
-// A membership of thousands of nodes is a few MiB; past this it is not ours.
-constexpr std::size_t k_max_record_bytes = 64 * 1024 * 1024;
-// Our records are three levels deep; the limit keeps hostile text from
-// costing stack in the recursive parser.
-constexpr int k_max_json_depth = 16;
-constexpr std::size_t k_max_tail_lines = 20;
-constexpr std::size_t k_max_tail_line_bytes = 500;
-constexpr std::size_t k_max_message_bytes = 4000;
-// Values quoted in a one-line message.
-constexpr std::size_t k_max_quoted_bytes = 80;
-// Node lists in a one-line message, as ranges: "0-3, 7".
-constexpr std::size_t k_max_listed_ranges = 16;
-
-std::string truncated(std::string_view text, std::size_t limit) {
-    if (text.size() <= limit) return std::string(text);
-    return std::string(text.substr(0, limit)) + "...";
-}
-
-std::string quote_value(std::string_view text) {
-    std::string one_line(text);
-    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
-    return "'" + truncated(one_line, k_max_quoted_bytes) + "'";
-}
-
-// "node 2", "nodes 0-3, 7"
-std::string describe_nodes(std::vector<int> ranks) {
-    std::sort(ranks.begin(), ranks.end());
-    std::string text = ranks.size() == 1 ? "node " : "nodes ";
-    std::size_t listed = 0;
-    for (std::size_t i = 0; i < ranks.size();) {
-        std::size_t j = i;
-        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-        if (listed == k_max_listed_ranges) {
-            text += fmt::format(", ... ({} in all)", ranks.size());
-            break;
-        }
-        if (listed > 0) text += ", ";
-        text += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
-        ++listed;
-        i = j + 1;
-    }
-    return text;
-}
 
 std::string seconds_text(milliseconds timeout) {
     if (timeout.count() % 1000 == 0) return fmt::format("{}s", timeout.count() / 1000);
@@ -91,327 +45,6 @@ void wait_until(Store& store, const std::vector<std::string>& keys, Clock::time_
     }
 }
 
-// ---------------------------------------------------------------------------
-// Parsing untrusted JSON
-
-bool nesting_within_limit(std::string_view text) {
-    int depth = 0;
-    bool in_string = false;
-    bool escaped = false;
-    for (char c : text) {
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > k_max_json_depth) return false;
-        } else if (c == '}' || c == ']') {
-            --depth;
-        }
-    }
-    return true;
-}
-
-std::expected<json, std::string> parse_object(std::string_view text) {
-    if (text.empty()) return std::unexpected(std::string("empty record"));
-    if (text.size() > k_max_record_bytes)
-        return std::unexpected(fmt::format("record of {} bytes is too large", text.size()));
-    if (!nesting_within_limit(text)) return std::unexpected(std::string("nested too deeply"));
-    json value = json::parse(text, nullptr, false);
-    if (value.is_discarded()) return std::unexpected("not JSON: " + quote_value(text));
-    if (!value.is_object()) return std::unexpected("not a JSON object: " + quote_value(text));
-    return value;
-}
-
-// json::value() throws when the field has another type; this does not.
-std::string string_field(const json& object, const char* name) {
-    auto it = object.find(name);
-    if (it == object.end() || !it->is_string()) return {};
-    return it->get<std::string>();
-}
-
-// Reads fields of one object, remembering the first problem.
-class FieldReader {
-  public:
-    explicit FieldReader(const json& object) : m_object(object) {}
-
-    template <class Int>
-    void integer(const char* name, Int& out, Int min, Int max) {
-        const json* field = find(name);
-        if (field == nullptr) return;
-        if (!field->is_number_integer()) return fail(name, "is not an integer");
-        std::int64_t value = 0;
-        if (field->is_number_unsigned()) {
-            auto u = field->get<std::uint64_t>();
-            if (u > static_cast<std::uint64_t>(INT64_MAX)) return fail(name, "is out of range");
-            value = static_cast<std::int64_t>(u);
-        } else {
-            value = field->get<std::int64_t>();
-        }
-        if (value < static_cast<std::int64_t>(min) || value > static_cast<std::int64_t>(max))
-            return fail(name, fmt::format("is {}, out of range", value));
-        out = static_cast<Int>(value);
-    }
-
-    void text(const char* name, std::string& out, std::size_t limit = k_max_message_bytes) {
-        const json* field = find(name);
-        if (field == nullptr) return;
-        if (!field->is_string()) return fail(name, "is not a string");
-        out = truncated(field->get_ref<const std::string&>(), limit);
-    }
-
-    void lines(const char* name, std::vector<std::string>& out) {
-        const json* field = find(name);
-        if (field == nullptr) return;
-        if (!field->is_array()) return fail(name, "is not a list");
-        out.clear();
-        std::size_t first = field->size() > k_max_tail_lines ? field->size() - k_max_tail_lines : 0;
-        for (std::size_t i = first; i < field->size(); ++i) {
-            const json& line = (*field)[i];
-            if (!line.is_string()) return fail(name, "holds something other than strings");
-            out.push_back(truncated(line.get_ref<const std::string&>(), k_max_tail_line_bytes));
-        }
-    }
-
-    // A list of exactly `count` integers in [min, max].
-    template <class Int>
-    void integers(const char* name, std::vector<Int>& out, std::size_t count, Int min, Int max) {
-        const json* field = list(name, count);
-        if (field == nullptr) return;
-        out.clear();
-        out.reserve(count);
-        for (const json& item : *field) {
-            if (!item.is_number_integer()) return fail(name, "holds something other than integers");
-            bool too_large = item.is_number_unsigned() &&
-                             item.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX);
-            auto value = too_large ? INT64_MAX : item.get<std::int64_t>();
-            if (too_large || value < static_cast<std::int64_t>(min) ||
-                value > static_cast<std::int64_t>(max))
-                return fail(name, fmt::format("holds {}, out of range", item.dump()));
-            out.push_back(static_cast<Int>(value));
-        }
-    }
-
-    // A list of exactly `count` strings.
-    void texts(const char* name, std::vector<std::string>& out, std::size_t count) {
-        const json* field = list(name, count);
-        if (field == nullptr) return;
-        out.clear();
-        out.reserve(count);
-        for (const json& item : *field) {
-            if (!item.is_string()) return fail(name, "holds something other than strings");
-            out.push_back(truncated(item.get_ref<const std::string&>(), k_max_message_bytes));
-        }
-    }
-
-    const json* find(const char* name) {
-        if (!m_error.empty()) return nullptr;
-        auto it = m_object.find(name);
-        if (it == m_object.end()) {
-            fail(name, "is missing");
-            return nullptr;
-        }
-        return &*it;
-    }
-
-    bool ok() const { return m_error.empty(); }
-    const std::string& error() const { return m_error; }
-
-  private:
-    const json* list(const char* name, std::size_t count) {
-        const json* field = find(name);
-        if (field == nullptr) return nullptr;
-        if (!field->is_array()) {
-            fail(name, "is not a list");
-            return nullptr;
-        }
-        if (field->size() != count) {
-            fail(name, fmt::format("lists {} nodes, not {}", field->size(), count));
-            return nullptr;
-        }
-        return field;
-    }
-
-    void fail(const char* name, const std::string& why) {
-        if (m_error.empty()) m_error = fmt::format("field '{}' {}", name, why);
-    }
-
-    const json& m_object;
-    std::string m_error;
-};
-
-constexpr int k_max_int = 1 << 30;
-
-void add_fingerprint(json& object, const Fingerprint& fingerprint) {
-    object["nnodes"] = fingerprint.nnodes;
-    object["program"] = fingerprint.program;
-    object["max_restarts"] = fingerprint.max_restarts;
-    object["run_id"] = fingerprint.run_id;
-    object["version"] = fingerprint.version;
-}
-
-void read_fingerprint(FieldReader& read, Fingerprint& fingerprint) {
-    read.integer("nnodes", fingerprint.nnodes, 1, k_max_int);
-    read.text("program", fingerprint.program, k_max_record_bytes);
-    read.integer("max_restarts", fingerprint.max_restarts, 0, k_max_int);
-    read.text("run_id", fingerprint.run_id);
-    read.text("version", fingerprint.version);
-}
-
-json node_json(const NodeInfo& info) {
-    json object = {{"node_rank", info.node_rank},
-                   {"host", info.host},
-                   {"addr", info.addr},
-                   {"nproc", info.nproc},
-                   {"master_port", info.master_port},
-                   {"pid", info.pid},
-                   {"agent_id", info.agent_id}};
-    add_fingerprint(object, info.fingerprint);
-    return object;
-}
-
-std::expected<NodeInfo, std::string> node_from(const json& object) {
-    if (!object.is_object()) return std::unexpected(std::string("a node record is not an object"));
-    NodeInfo info;
-    FieldReader read(object);
-    read.integer("node_rank", info.node_rank, 0, k_max_int);
-    read.text("host", info.host);
-    read.text("addr", info.addr);
-    read.integer("nproc", info.nproc, 1, k_max_int);
-    read.integer("master_port", info.master_port, 0, 65535);
-    read.integer("pid", info.pid, std::int64_t{0}, std::int64_t{INT64_MAX});
-    read.text("agent_id", info.agent_id);
-    read_fingerprint(read, info.fingerprint);
-    if (!read.ok()) return std::unexpected(read.error());
-    return info;
-}
-
-constexpr std::pair<FailureKind, std::string_view> k_failure_kinds[] = {
-    {FailureKind::Worker, "worker"},        {FailureKind::NodeLost, "node_lost"},
-    {FailureKind::Signal, "signal"},        {FailureKind::Mismatch, "mismatch"},
-    {FailureKind::StoreLost, "store_lost"},
-};
-
-json failure_json(const FailureRecord& record) {
-    std::size_t first = record.stderr_tail.size() > k_max_tail_lines
-                            ? record.stderr_tail.size() - k_max_tail_lines
-                            : 0;
-    json tail = json::array();
-    for (std::size_t i = first; i < record.stderr_tail.size(); ++i)
-        tail.push_back(truncated(record.stderr_tail[i], k_max_tail_line_bytes));
-    return json{{"kind", to_string(record.kind)},
-                {"node_rank", record.node_rank},
-                {"host", record.host},
-                {"rank", record.rank},
-                {"local_rank", record.local_rank},
-                {"pid", record.pid},
-                {"exit_code", record.exit_code},
-                {"signal", record.signal},
-                {"time_ms", record.time_ms},
-                {"message", truncated(record.message, k_max_message_bytes)},
-                {"stderr_tail", std::move(tail)}};
-}
-
-std::expected<FailureRecord, std::string> failure_from(const json& object) {
-    if (!object.is_object()) return std::unexpected(std::string("the failure is not an object"));
-    FailureRecord record;
-    FieldReader read(object);
-    std::string kind;
-    read.text("kind", kind);
-    read.integer("node_rank", record.node_rank, 0, k_max_int);
-    read.text("host", record.host);
-    read.integer("rank", record.rank, -1, k_max_int);
-    read.integer("local_rank", record.local_rank, -1, k_max_int);
-    read.integer("pid", record.pid, std::int64_t{0}, std::int64_t{INT64_MAX});
-    read.integer("exit_code", record.exit_code, 0, 255);
-    read.integer("signal", record.signal, 0, 128);
-    read.integer("time_ms", record.time_ms, std::int64_t{0}, std::int64_t{INT64_MAX});
-    read.text("message", record.message);
-    read.lines("stderr_tail", record.stderr_tail);
-    if (!read.ok()) return std::unexpected(read.error());
-    auto it = std::find_if(std::begin(k_failure_kinds), std::end(k_failure_kinds),
-                           [&](const auto& entry) { return entry.second == kind; });
-    if (it == std::end(k_failure_kinds))
-        return std::unexpected("field 'kind' is " + quote_value(kind) +
-                               ", not a known failure kind");
-    record.kind = it->first;
-    return record;
-}
-
-std::string abort_json(const std::string& message, int exit_code) {
-    return json{{"kind", "abort"},
-                {"message", truncated(message, k_max_message_bytes)},
-                {"exit_code", exit_code}}
-        .dump();
-}
-
-std::string malformed(const std::string& key, const std::string& why) {
-    return fmt::format("rendezvous: malformed record under '{}': {}", key, why);
-}
-
-// ---------------------------------------------------------------------------
-// Checking that the nodes agree
-
-// One field of the fingerprint, as text for messages.
-struct FingerprintField {
-    const char* name;
-    std::function<std::string(const Fingerprint&)> value;
-};
-
-const std::vector<FingerprintField>& fingerprint_fields() {
-    static const std::vector<FingerprintField> fields = {
-        {"nnodes", [](const Fingerprint& f) { return std::to_string(f.nnodes); }},
-        {"program and arguments", [](const Fingerprint& f) { return quote_value(f.program); }},
-        {"max_restarts", [](const Fingerprint& f) { return std::to_string(f.max_restarts); }},
-        {"run id", [](const Fingerprint& f) { return quote_value(f.run_id); }},
-        {"ddprun version", [](const Fingerprint& f) { return quote_value(f.version); }},
-    };
-    return fields;
-}
-
-// Empty when every node agrees; else one line per differing field, joined:
-// "program and arguments differ: './a' on nodes 0-2, './b' on node 3".
-std::string fingerprint_mismatch(const std::vector<NodeInfo>& nodes) {
-    std::string message;
-    for (const auto& field : fingerprint_fields()) {
-        std::vector<std::pair<std::string, std::vector<int>>> groups;
-        for (const auto& node : nodes) {
-            std::string value = field.value(node.fingerprint);
-            auto it = std::find_if(groups.begin(), groups.end(),
-                                   [&](const auto& group) { return group.first == value; });
-            if (it == groups.end())
-                groups.push_back({value, {node.node_rank}});
-            else
-                it->second.push_back(node.node_rank);
-        }
-        if (groups.size() < 2) continue;
-        message += message.empty() ? "" : "; ";
-        message += fmt::format("{} differ:", field.name);
-        for (std::size_t i = 0; i < groups.size(); ++i) {
-            message += fmt::format("{} {} on {}", i == 0 ? "" : ",", groups[i].first,
-                                   describe_nodes(groups[i].second));
-        }
-    }
-    return message;
-}
-
-// Said by whichever node notices first, with only two nodes' values at hand.
-std::string nnodes_mismatch(int node_zero_nnodes, int their_nnodes, int their_rank) {
-    return fmt::format(
-        "rendezvous: the nodes must run the same job, but nnodes differ: {} on node "
-        "0, {} on node {}",
-        node_zero_nnodes, their_nnodes, their_rank);
-}
-
-std::string describe_agent(const std::string& host, std::int64_t pid) {
-    return fmt::format("{} (agent pid {})", host.empty() ? "?" : host, pid);
-}
-
 std::string make_agent_id() {
     std::random_device device;
     std::uint64_t random = (std::uint64_t{device()} << 32) | device();
@@ -419,35 +52,6 @@ std::string make_agent_id() {
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// Records
-
-std::string_view to_string(FailureKind kind) {
-    for (const auto& [value, name] : k_failure_kinds)
-        if (value == kind) return name;
-    return "worker";
-}
-
-std::string to_json(const NodeInfo& info) {
-    return node_json(info).dump();
-}
-
-std::expected<NodeInfo, std::string> parse_node_info(std::string_view text) {
-    auto object = parse_object(text);
-    if (!object) return std::unexpected(object.error());
-    return node_from(*object);
-}
-
-std::string to_json(const FailureRecord& record) {
-    return failure_json(record).dump();
-}
-
-std::expected<FailureRecord, std::string> parse_failure_record(std::string_view text) {
-    auto object = parse_object(text);
-    if (!object) return std::unexpected(object.error());
-    return failure_from(*object);
-}
 
 // ---------------------------------------------------------------------------
 // Rendezvous
@@ -475,7 +79,8 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
                     return std::unexpected(RendezvousError{fmt::format(
                         "rendezvous: more agents than --nnodes={} joined round {} of run {}; "
                         "this one ({}) is one too many",
-                        nnodes, round, quote_value(m_run_id), describe_agent(me.host, me.pid))});
+                        nnodes, round, detail::quote_value(m_run_id),
+                        detail::describe_agent(me.host, me.pid))});
                 }
                 me.node_rank = static_cast<int>(assigned);
             }
@@ -487,28 +92,18 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
         }
 
         const std::string claim_key = key(round, fmt::format("claim/{}", me.node_rank));
-        const std::string claim =
-            json{{"agent_id", m_agent_id}, {"host", me.host}, {"pid", me.pid}}.dump();
+        const std::string claim = detail::claim_json(m_agent_id, me.host, me.pid);
         std::string holder = m_store.compare_set(claim_key, "", claim);
         if (holder != claim) {
-            std::string other = "an unreadable claim";
-            if (auto object = parse_object(holder)) {
-                NodeInfo rival;
-                FieldReader read(*object);
-                read.text("host", rival.host);
-                read.integer("pid", rival.pid, std::int64_t{0}, std::int64_t{INT64_MAX});
-                if (read.ok()) other = describe_agent(rival.host, rival.pid);
-            }
             std::string message = fmt::format(
                 "rendezvous: node rank {} is claimed by two agents, {} and {}: give each node "
                 "its own --node_rank (0 to {}) or omit it to assign ranks in join order",
-                me.node_rank, other, describe_agent(me.host, me.pid), nnodes - 1);
+                me.node_rank, detail::describe_claim(holder),
+                detail::describe_agent(me.host, me.pid), nnodes - 1);
             std::string result = abort_join(round, message, exit_code::kRendezvous, nnodes);
             // If the round was already complete, only this agent is wrong;
             // else every agent reports the abort that won (this one, usually).
-            auto object = parse_object(result);
-            if (object && string_field(*object, "kind") == "membership")
-                return std::unexpected(RendezvousError{message});
+            if (detail::is_membership(result)) return std::unexpected(RendezvousError{message});
             return read_result(round, me);
         }
 
@@ -520,7 +115,7 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
         // joined even when they disagree on how many are enough.
         std::int64_t joined = m_store.add(key(round, "joined"), 1);
         m_store.set(key(round, fmt::format("joined/{}", joined)),
-                    json{{"node_rank", me.node_rank}, {"nnodes", nnodes}}.dump());
+                    detail::joined_json(me.node_rank, nnodes));
         if (me.node_rank == 0) {
             if (auto error = collect(round, me, deadline)) {
                 abort_join(round, error->message, error->exit_code, nnodes);
@@ -561,16 +156,11 @@ std::optional<RendezvousError> Rendezvous::collect(int round, const NodeInfo& me
     wait_until(m_store, {complete_key}, deadline);
     if (m_store.check({key(round, "result")})) return std::nullopt;  // aborted meanwhile
 
-    auto complete = parse_object(m_store.get(complete_key));
-    if (!complete) return RendezvousError{malformed(complete_key, complete.error())};
-    int their_nnodes = nnodes;
-    int their_rank = 0;
-    FieldReader read(*complete);
-    read.integer("nnodes", their_nnodes, 1, k_max_int);
-    read.integer("node_rank", their_rank, -1, k_max_int);
-    if (!read.ok()) return RendezvousError{malformed(complete_key, read.error())};
-    if (their_nnodes != nnodes) {
-        return RendezvousError{nnodes_mismatch(nnodes, their_nnodes, their_rank)};
+    auto complete = detail::parse_joined(m_store.get(complete_key));
+    if (!complete) return RendezvousError{detail::malformed(complete_key, complete.error())};
+    if (complete->nnodes != nnodes) {
+        return RendezvousError{
+            detail::nnodes_mismatch(nnodes, complete->nnodes, complete->node_rank)};
     }
 
     std::vector<std::string> info_keys;
@@ -583,36 +173,18 @@ std::optional<RendezvousError> Rendezvous::collect(int round, const NodeInfo& me
     for (int rank = 0; rank < nnodes; ++rank) {
         const std::string& info_key = info_keys[static_cast<std::size_t>(rank)];
         auto info = parse_node_info(m_store.get(info_key));
-        if (!info) return RendezvousError{malformed(info_key, info.error())};
+        if (!info) return RendezvousError{detail::malformed(info_key, info.error())};
         if (info->node_rank != rank) {
-            return RendezvousError{malformed(
+            return RendezvousError{detail::malformed(
                 info_key, fmt::format("it is the record of node rank {}", info->node_rank))};
         }
         nodes.push_back(std::move(*info));
     }
-    if (std::string mismatch = fingerprint_mismatch(nodes); !mismatch.empty())
+    if (std::string mismatch = detail::fingerprint_mismatch(nodes); !mismatch.empty())
         return RendezvousError{"rendezvous: the nodes must run the same job, but " + mismatch};
 
-    // By column, not a record per node: every agent reads it, so its size and the
-    // work to parse it, which grow with the number of nodes, are kept small.
-    json nproc = json::array(), hosts = json::array(), pids = json::array(),
-         agent_ids = json::array();
-    for (const auto& node : nodes) {
-        nproc.push_back(node.nproc);
-        hosts.push_back(node.host);
-        pids.push_back(node.pid);
-        agent_ids.push_back(node.agent_id);
-    }
-    json membership = {{"kind", "membership"},
-                       {"round", round},
-                       {"master_addr", nodes.front().addr},
-                       {"master_port", nodes.front().master_port},
-                       {"nproc", std::move(nproc)},
-                       {"host", std::move(hosts)},
-                       {"pid", std::move(pids)},
-                       {"agent_id", std::move(agent_ids)}};
-    add_fingerprint(membership, me.fingerprint);
-    m_store.compare_set(key(round, "result"), "", membership.dump());
+    m_store.compare_set(key(round, "result"), "",
+                        detail::membership_json(round, nodes, me.fingerprint));
     return std::nullopt;
 }
 
@@ -625,12 +197,13 @@ void Rendezvous::check_node_zero(int round, const NodeInfo& me, Clock::time_poin
     if (record.empty()) return;  // aborted, maybe before node 0 joined
     auto zero = parse_node_info(record);
     if (!zero) {
-        abort_join(round, malformed(zero_key, zero.error()), exit_code::kRendezvous,
+        abort_join(round, detail::malformed(zero_key, zero.error()), exit_code::kRendezvous,
                    me.fingerprint.nnodes);
     } else if (zero->fingerprint.nnodes != me.fingerprint.nnodes) {
-        abort_join(round,
-                   nnodes_mismatch(zero->fingerprint.nnodes, me.fingerprint.nnodes, me.node_rank),
-                   exit_code::kRendezvous, zero->fingerprint.nnodes);
+        abort_join(
+            round,
+            detail::nnodes_mismatch(zero->fingerprint.nnodes, me.fingerprint.nnodes, me.node_rank),
+            exit_code::kRendezvous, zero->fingerprint.nnodes);
     }
 }
 
@@ -639,11 +212,10 @@ void Rendezvous::check_node_zero(int round, const NodeInfo& me, Clock::time_poin
 std::string Rendezvous::abort_join(int round, const std::string& message, int exit_code,
                                    int nnodes) {
     std::string result =
-        m_store.compare_set(key(round, "result"), "", abort_json(message, exit_code));
+        m_store.compare_set(key(round, "result"), "", detail::abort_json(message, exit_code));
     // Node 0 may be waiting for the others to join, the others for node 0, rather than
     // for the result.
-    m_store.set(key(round, fmt::format("joined/{}", nnodes)),
-                json{{"node_rank", -1}, {"nnodes", nnodes}}.dump());
+    m_store.set(key(round, fmt::format("joined/{}", nnodes)), detail::joined_json(-1, nnodes));
     m_store.set(key(round, "zero"), "");
     return result;
 }
@@ -652,55 +224,6 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::read_result(int roun
                                                                         const NodeInfo& me) {
     const std::string result_key = key(round, "result");
     return parse_round_result(m_store.get(result_key), result_key, round, me);
-}
-
-std::expected<RoundMembership, RendezvousError> parse_round_result(std::string_view text,
-                                                                   const std::string& result_key,
-                                                                   int round, const NodeInfo& me) {
-    auto object = parse_object(text);
-    if (!object) return std::unexpected(RendezvousError{malformed(result_key, object.error())});
-    const json& result = *object;
-    std::string kind = string_field(result, "kind");
-    if (kind == "abort") {
-        RendezvousError error;
-        FieldReader read(result);
-        read.text("message", error.message);
-        read.integer("exit_code", error.exit_code, 0, 255);
-        if (!read.ok())
-            return std::unexpected(RendezvousError{malformed(result_key, read.error())});
-        return std::unexpected(error);
-    }
-    if (kind != "membership" || !result.contains("nproc") || !result["nproc"].is_array()) {
-        return std::unexpected(
-            RendezvousError{malformed(result_key, "neither a membership nor an abort")});
-    }
-    const std::size_t listed = result["nproc"].size();
-    if (listed != static_cast<std::size_t>(me.fingerprint.nnodes)) {
-        return std::unexpected(RendezvousError{
-            nnodes_mismatch(static_cast<int>(listed), me.fingerprint.nnodes, me.node_rank)});
-    }
-    Fingerprint fingerprint;
-    RoundMembership membership;
-    membership.round = round;
-    membership.node_rank = me.node_rank;
-    std::vector<std::int64_t> pids;
-    std::vector<std::string> agent_ids;
-    FieldReader read(result);
-    read_fingerprint(read, fingerprint);
-    read.text("master_addr", membership.master_addr);
-    read.integer("master_port", membership.master_port, 0, 65535);
-    read.integers("nproc", membership.nproc_per_node, listed, 1, k_max_int);
-    read.texts("host", membership.hosts, listed);
-    read.integers("pid", pids, listed, std::int64_t{0}, std::int64_t{INT64_MAX});
-    read.texts("agent_id", agent_ids, listed);
-    if (!read.ok()) return std::unexpected(RendezvousError{malformed(result_key, read.error())});
-    const auto mine = static_cast<std::size_t>(me.node_rank);
-    if (agent_ids[mine] != me.agent_id) {
-        return std::unexpected(RendezvousError{
-            fmt::format("rendezvous: round {} went ahead with another agent as node {} ({})", round,
-                        me.node_rank, describe_agent(membership.hosts[mine], pids[mine]))});
-    }
-    return membership;
 }
 
 std::expected<RoundMembership, RendezvousError> Rendezvous::join_timed_out(int round,
@@ -717,7 +240,7 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join_timed_out(int r
                   "publish the membership",
                   seconds_text(timeout), nnodes)
             : fmt::format("rendezvous timed out after {}: {} never joined ({} of {} joined)",
-                          seconds_text(timeout), describe_nodes(missing),
+                          seconds_text(timeout), detail::describe_nodes(missing),
                           nnodes - static_cast<int>(missing.size()), nnodes);
     // Stop the agents that are still waiting, with the same line; or learn
     // that the round completed after all.
@@ -727,17 +250,18 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join_timed_out(int r
 
 void Rendezvous::abort(int round, int nnodes, const std::string& message, int exit_code) {
     abort_join(round, message, exit_code, nnodes);
-    m_store.compare_set(key(round, "stop"), "", abort_json(message, exit_code));
+    m_store.compare_set(key(round, "stop"), "", detail::abort_json(message, exit_code));
 }
 
 StopEvent Rendezvous::publish_failure(int round, const FailureRecord& record) {
-    std::string stop = json{{"kind", "failure"}, {"failure", failure_json(record)}}.dump();
-    return read_stop(round, m_store.compare_set(key(round, "stop"), "", stop));
+    const std::string stop_key = key(round, "stop");
+    return detail::parse_stop(m_store.compare_set(stop_key, "", detail::failure_stop_json(record)),
+                              stop_key);
 }
 
 bool Rendezvous::publish_finished(int round, int nnodes) {
     if (m_store.add(key(round, "finished"), 1) != nnodes) return false;
-    m_store.compare_set(key(round, "stop"), "", json{{"kind", "done"}}.dump());
+    m_store.compare_set(key(round, "stop"), "", detail::done_stop_json());
     return true;
 }
 
@@ -746,7 +270,7 @@ StopEvent Rendezvous::wait_stop(int round, milliseconds timeout) noexcept {
     StopEvent event;
     try {
         m_store.wait({stop_key}, timeout);
-        return read_stop(round, m_store.get(stop_key));
+        return detail::parse_stop(m_store.get(stop_key), stop_key);
     } catch (const StoreError& error) {
         event.kind = error.kind() == StoreError::Kind::Timeout ? StopEvent::Kind::Timeout
                                                                : StopEvent::Kind::StoreLost;
@@ -756,46 +280,6 @@ StopEvent Rendezvous::wait_stop(int round, milliseconds timeout) noexcept {
         event.message = fmt::format("rendezvous: {}", error.what());
     }
     if (event.kind == StopEvent::Kind::StoreLost) event.exit_code = exit_code::kRendezvous;
-    return event;
-}
-
-StopEvent Rendezvous::read_stop(int round, const std::string& text) const {
-    const std::string stop_key = key(round, "stop");
-    StopEvent event;
-    event.kind = StopEvent::Kind::Abort;
-    event.exit_code = exit_code::kRendezvous;
-    auto object = parse_object(text);
-    if (!object) {
-        event.message = malformed(stop_key, object.error());
-        return event;
-    }
-    std::string kind = string_field(*object, "kind");
-    if (kind == "done") {
-        event.kind = StopEvent::Kind::Done;
-        event.exit_code = 0;
-    } else if (kind == "failure") {
-        auto failure = object->contains("failure")
-                           ? failure_from((*object)["failure"])
-                           : std::expected<FailureRecord, std::string>(
-                                 std::unexpect, "field 'failure' is missing");
-        if (!failure) {
-            event.message = malformed(stop_key, failure.error());
-        } else {
-            event.kind = StopEvent::Kind::Failure;
-            event.failure = std::move(*failure);
-            event.exit_code = event.failure.exit_code;
-        }
-    } else if (kind == "abort") {
-        FieldReader read(*object);
-        read.text("message", event.message);
-        read.integer("exit_code", event.exit_code, 0, 255);
-        if (!read.ok()) {
-            event.message = malformed(stop_key, read.error());
-            event.exit_code = exit_code::kRendezvous;
-        }
-    } else {
-        event.message = malformed(stop_key, "field 'kind' is " + quote_value(kind));
-    }
     return event;
 }
 
@@ -850,28 +334,6 @@ std::vector<std::optional<std::int64_t>> Rendezvous::read_heartbeats(int round, 
             seqs.push_back(std::nullopt);
     }
     return seqs;
-}
-
-// ---------------------------------------------------------------------------
-// HeartbeatMonitor
-
-HeartbeatMonitor::HeartbeatMonitor(const std::vector<int>& nodes, milliseconds timeout,
-                                   Clock::time_point start)
-    : m_timeout(timeout) {
-    for (int node : nodes) m_nodes[node] = Seen{std::nullopt, start};
-}
-
-void HeartbeatMonitor::observe(int node, std::optional<std::int64_t> seq, Clock::time_point now) {
-    auto [it, inserted] = m_nodes.try_emplace(node, Seen{seq, now});
-    if (inserted) return;
-    if (seq && seq != it->second.seq) it->second = Seen{seq, now};
-}
-
-std::vector<int> HeartbeatMonitor::stale(Clock::time_point now) const {
-    std::vector<int> nodes;
-    for (const auto& [node, seen] : m_nodes)
-        if (now - seen.changed >= m_timeout) nodes.push_back(node);
-    return nodes;
 }
 
 }  // namespace ddprun

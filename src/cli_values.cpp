@@ -1,0 +1,390 @@
+// Each option's value, checked: numbers, ports, hosts, durations, the
+// rendezvous conf, stream selections, signal lists. Pure: no I/O.
+//
+// Why this file exists: a mistake must come back as one line that names the
+// flag (or variable), the value and a fix, never as a parser dump. Every
+// parser here gets the value as a Setting, which knows what the user typed it
+// as ("--nnodes", "-r", "PET_NNODES", "SLURM_NODEID"), and fails with that
+// name and an example. Which value an option takes, and from where, is
+// cli.cpp's business.
+
+#include "cli_values.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <csignal>
+#include <iterator>
+
+#include "ddprun/log_mux.hpp"
+#include "ddprun/text.hpp"
+
+namespace ddprun::cli {
+namespace {
+
+constexpr int k_max_nproc = 1 << 14;   // with k_max_nnodes, world sizes fit in an int
+constexpr double k_max_seconds = 1e7;  // longer is a typo; keeps milliseconds in range
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+    std::vector<std::string_view> parts;
+    while (true) {
+        auto at = text.find(separator);
+        parts.push_back(text.substr(0, at));
+        if (at == std::string_view::npos) return parts;
+        text.remove_prefix(at + 1);
+    }
+}
+
+std::optional<long long> to_flag_integer(std::string_view text) {
+    text = trim(text);
+    if (text.starts_with('+')) text.remove_prefix(1);
+    long long value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+    return value;
+}
+
+// An optional sign and one or more digits: an integer, if perhaps too large for one.
+bool is_digits(std::string_view text) {
+    if (text.starts_with('+') || text.starts_with('-')) text.remove_prefix(1);
+    return !text.empty() && std::ranges::all_of(text, [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::optional<double> to_number(std::string_view text) {
+    text = trim(text);
+    if (text.starts_with('+')) text.remove_prefix(1);
+    double value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size() ||
+        !std::isfinite(value))
+        return std::nullopt;
+    return value;
+}
+
+std::optional<bool> to_bool(std::string_view text) {
+    std::string word = lower(trim(text));
+    if (word == "1" || word == "true" || word == "yes" || word == "on") return true;
+    if (word == "0" || word == "false" || word == "no" || word == "off") return false;
+    return std::nullopt;
+}
+
+struct SignalName {
+    std::string_view name;
+    int number;
+};
+
+constexpr SignalName k_signal_names[] = {
+    {"HUP", SIGHUP},       {"INT", SIGINT},       {"QUIT", SIGQUIT}, {"ILL", SIGILL},
+    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},     {"IOT", SIGIOT},   {"BUS", SIGBUS},
+    {"FPE", SIGFPE},       {"KILL", SIGKILL},     {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},
+    {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},     {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+    {"CHLD", SIGCHLD},     {"CONT", SIGCONT},     {"STOP", SIGSTOP}, {"TSTP", SIGTSTP},
+    {"TTIN", SIGTTIN},     {"TTOU", SIGTTOU},     {"URG", SIGURG},   {"XCPU", SIGXCPU},
+    {"XFSZ", SIGXFSZ},     {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH},
+    {"IO", SIGIO},         {"POLL", SIGPOLL},     {"PWR", SIGPWR},   {"SYS", SIGSYS},
+#ifdef SIGSTKFLT
+    {"STKFLT", SIGSTKFLT},
+#endif
+};
+
+std::string signal_name(int number) {
+    for (const SignalName& entry : k_signal_names)
+        if (entry.number == number) return fmt::format("SIG{}", entry.name);
+    return fmt::format("signal {}", number);
+}
+
+}  // namespace
+
+std::string env_suffix(std::string_view name) {
+    std::string upper;
+    for (char c : name) upper += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    return upper;
+}
+
+std::string lower(std::string_view text) {
+    std::string out;
+    for (char c : text) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+Parsed<bool> parse_switch(const Setting& s) {
+    if (s.bare_flag) return true;
+    if (auto value = to_bool(s.value)) return *value;
+    return std::unexpected(s.error("expected 1 or 0", "1"));
+}
+
+Parsed<int> parse_int(const Setting& s, long long min, long long max, std::string_view example) {
+    if (trim(s.value).empty()) return std::unexpected(s.error("missing value", example));
+    auto value = to_flag_integer(s.value);
+    if (!value && is_digits(trim(s.value)))  // beyond 64 bits
+        value = trim(s.value).starts_with('-') ? LLONG_MIN : LLONG_MAX;
+    if (!value) return std::unexpected(s.error("not a number", example));
+    if (*value < min)
+        return std::unexpected(s.error(fmt::format("must be at least {}", min), example));
+    if (*value > max)
+        return std::unexpected(s.error(fmt::format("must be at most {}", max), example));
+    return static_cast<int>(*value);
+}
+
+Parsed<int> parse_nnodes(const Setting& s) {
+    auto colon = s.value.find(':');
+    if (colon == std::string::npos) return parse_int(s, 1, k_max_nnodes, "2");
+    auto min = to_flag_integer(std::string_view(s.value).substr(0, colon));
+    auto max = to_flag_integer(std::string_view(s.value).substr(colon + 1));
+    if (!min || !max) return std::unexpected(s.error("expected N or MIN:MAX", "2"));
+    if (*min < 1) return std::unexpected(s.error("MIN must be at least 1", "2"));
+    if (*min > *max)
+        return std::unexpected(s.error("MIN is greater than MAX", fmt::format("{}", *min)));
+    if (*min < *max)
+        return std::unexpected(
+            s.error("elastic --nnodes=MIN:MAX is not supported; use a fixed --nnodes=N",
+                    fmt::format("{}", *max)));
+    if (*max > k_max_nnodes)
+        return std::unexpected(s.error(fmt::format("must be at most {}", k_max_nnodes), "2"));
+    return static_cast<int>(*min);
+}
+
+Parsed<NprocSpec> parse_nproc(const Setting& s) {
+    std::string word = lower(trim(s.value));
+    if (word == "gpu") return NprocSpec{NprocKind::Gpu, 1};
+    if (word == "cpu") return NprocSpec{NprocKind::Cpu, 1};
+    if (word == "auto") return NprocSpec{NprocKind::Auto, 1};
+    if (!word.empty() && !is_digits(word))
+        return std::unexpected(s.error("expected a number, gpu, cpu or auto", "8"));
+    auto count = parse_int(s, 1, k_max_nproc, "8");
+    if (!count) return std::unexpected(count.error());
+    return NprocSpec{NprocKind::Count, *count};
+}
+
+Parsed<int> parse_port(const Setting& s) {
+    auto value = to_flag_integer(s.value);
+    if (value && (*value < 0 || *value > 65535))
+        return std::unexpected(
+            s.error_hint("must be a port number 0-65535",
+                         fmt::format("0 picks a free one; e.g. {}=29500", s.label)));
+    return parse_int(s, 0, 65535, "29500");
+}
+
+Parsed<double> parse_seconds(const Setting& s, bool zero_ok, std::string_view example) {
+    if (trim(s.value).empty()) return std::unexpected(s.error("missing value", example));
+    auto value = to_number(s.value);
+    if (!value) return std::unexpected(s.error("not a number of seconds", example));
+    if (*value < 0 || (*value == 0 && !zero_ok))
+        return std::unexpected(
+            s.error(zero_ok ? "must not be negative" : "must be more than 0", example));
+    if (*value > k_max_seconds) return std::unexpected(s.error("too large", example));
+    return *value;
+}
+
+Parsed<std::string> parse_nonempty(const Setting& s, std::string_view example) {
+    if (trim(s.value).empty()) return std::unexpected(s.error("must not be empty", example));
+    return s.value;
+}
+
+Parsed<std::string> parse_host(const Setting& s, std::string_view example, bool empty_ok) {
+    if (s.value.empty()) {
+        if (empty_ok) return s.value;
+        return std::unexpected(s.error("must not be empty", example));
+    }
+    std::string host(trim(s.value));
+    if (host.empty()) return std::unexpected(s.error("must not be blank", example));
+    if (std::ranges::any_of(host, [](unsigned char c) { return std::isspace(c) || c < 0x20; }))
+        return std::unexpected(s.error("a host name or address has no spaces", example));
+    return host;
+}
+
+Parsed<std::string> parse_backend(const Setting& s) {
+    if (s.value == "static" || s.value == "c10d") return s.value;
+    if (s.value == "etcd" || s.value == "etcd-v2")
+        return std::unexpected(
+            s.error("etcd is not supported; ddprun hosts its own store", "c10d"));
+    return std::unexpected(s.error("unknown backend (use static or c10d)", "c10d"));
+}
+
+Parsed<std::string> parse_endpoint(const Setting& s) {
+    std::string_view value = trim(s.value);
+    if (value.empty()) return std::string{};
+    std::string_view host = value;
+    std::optional<std::string_view> port;
+    if (value.starts_with('[')) {  // [::1]:29400
+        auto close = value.find(']');
+        if (close == std::string_view::npos)
+            return std::unexpected(s.error("unclosed [ in IPv6 address", "[::1]:29400"));
+        host = value.substr(1, close - 1);
+        std::string_view rest = value.substr(close + 1);
+        if (!rest.empty() && !rest.starts_with(':'))
+            return std::unexpected(s.error("expected :PORT after ]", "[::1]:29400"));
+        if (!rest.empty()) port = rest.substr(1);
+    } else if (std::count(value.begin(), value.end(), ':') == 1) {
+        auto colon = value.find(':');
+        host = value.substr(0, colon);
+        port = value.substr(colon + 1);
+    }  // more colons: a bare IPv6 address without a port
+    if (host.empty()) return std::unexpected(s.error("missing host", "node0:29400"));
+    if (port) {
+        auto number = to_flag_integer(*port);
+        if (!number || *number < 0 || *number > 65535)
+            return std::unexpected(
+                s.error(fmt::format("port {} is not 0-65535", *port), "node0:29400"));
+    }
+    return std::string(value);
+}
+
+constexpr std::string_view k_conf_timeouts[] = {"join_timeout",         "heartbeat_timeout",
+                                                "exit_barrier_timeout", "read_timeout",
+                                                "last_call_timeout",    "close_timeout"};
+
+Parsed<std::map<std::string, std::string>> parse_rdzv_conf(const Setting& s) {
+    std::map<std::string, std::string> conf;
+    for (std::string_view pair : split(s.value, ',')) {
+        if (trim(pair).empty()) continue;  // torchrun skips empty pairs ("a=1,")
+        auto equals = pair.find('=');
+        if (equals == std::string_view::npos)
+            return std::unexpected(
+                s.error(fmt::format("'{}' is not KEY=VALUE", trim(pair)), "join_timeout=600"));
+        std::string key(trim(pair.substr(0, equals)));
+        std::string value(trim(pair.substr(equals + 1)));
+        if (key.empty() || value.empty())
+            return std::unexpected(
+                s.error(fmt::format("'{}' is not KEY=VALUE", trim(pair)), "join_timeout=600"));
+        bool timeout = std::find(std::begin(k_conf_timeouts), std::end(k_conf_timeouts), key) !=
+                       std::end(k_conf_timeouts);
+        auto seconds = to_number(value);
+        if (timeout && (!seconds || *seconds <= 0 || *seconds > k_max_seconds))
+            return std::unexpected(
+                s.error(fmt::format("{} must be a positive number of seconds", key),
+                        fmt::format("{}=600", key)));
+        if (key == "is_host" && !to_bool(value))
+            return std::unexpected(s.error("is_host must be 1 or 0", "is_host=1"));
+        conf[key] = value;
+    }
+    return conf;
+}
+
+// torchrun's Std syntax: "3" for every local rank, or "0:3,1:2" per local rank.
+Parsed<StreamSelection> parse_streams(const Setting& s) {
+    auto bad = [&s] {
+        return std::unexpected(s.error_hint(
+            "expected 0-3 or LOCAL_RANK:0-3 pairs",
+            fmt::format("0 none, 1 stdout, 2 stderr, 3 both; e.g. {0}=3 or {0}=0:3,1:2", s.label)));
+    };
+    StreamSelection selection;
+    std::string_view value = trim(s.value);
+    if (value.find(':') == std::string_view::npos) {
+        auto mask = to_flag_integer(value);
+        if (!mask || *mask < 0 || *mask > 3) return bad();
+        selection.all = static_cast<unsigned>(*mask);
+        return selection;
+    }
+    for (std::string_view pair : split(value, ',')) {
+        auto colon = pair.find(':');
+        if (colon == std::string_view::npos) return bad();
+        auto rank = to_flag_integer(pair.substr(0, colon));
+        auto mask = to_flag_integer(pair.substr(colon + 1));
+        if (!rank || !mask || *rank < 0 || *rank > INT_MAX || *mask < 0 || *mask > 3) return bad();
+        if (!selection.per_rank.emplace(static_cast<int>(*rank), static_cast<unsigned>(*mask))
+                 .second)
+            return std::unexpected(
+                s.error(fmt::format("local rank {} is listed twice", *rank), "0:3,1:2"));
+    }
+    return selection;
+}
+
+Parsed<std::optional<std::set<int>>> parse_rank_filter(const Setting& s) {
+    if (trim(s.value).empty()) return std::optional<std::set<int>>{};
+    std::set<int> ranks;
+    for (std::string_view item : split(s.value, ',')) {
+        auto rank = to_flag_integer(item);
+        if (!rank || *rank < 0 || *rank > INT_MAX)
+            return std::unexpected(s.error("expected local ranks separated by commas", "0,2"));
+        ranks.insert(static_cast<int>(*rank));
+    }
+    return ranks;
+}
+
+Parsed<std::vector<int>> parse_signals(const Setting& s) {
+    auto signals = parse_signal_list(s.value);
+    if (!signals) return std::unexpected(UsageError{s.shown() + ": " + signals.error().message});
+    return *signals;
+}
+
+Parsed<std::string> parse_start_method(const Setting& s) {
+    if (s.value == "spawn" || s.value == "fork" || s.value == "forkserver") return s.value;
+    return std::unexpected(
+        s.error("unknown start method (use spawn, fork or forkserver)", "spawn"));
+}
+
+// torchrun's --numa-binding modes, but core-complex (L3 groups), which
+// needs cache topology ddprun does not read.
+Parsed<NumaBinding> parse_numa_binding(const Setting& s) {
+    std::string word = lower(trim(s.value));
+    if (word == "node") return NumaBinding::Node;
+    if (word == "socket") return NumaBinding::Socket;
+    if (word == "exclusive") return NumaBinding::Exclusive;
+    if (word == "none") return NumaBinding::None;
+    if (word == "core-complex" || word == "core_complex")
+        return std::unexpected(
+            s.error("core-complex is not supported (use node, socket or exclusive)", "node"));
+    return std::unexpected(s.error("unknown mode (use node, socket or exclusive)", "node"));
+}
+
+Parsed<std::string> parse_log_prefix(const Setting& s) {
+    std::string problem = validate_prefix_template(s.value);
+    if (!problem.empty()) return std::unexpected(s.error(problem, "'[{rank}]: '"));
+    return s.value;
+}
+
+// LOGLEVEL as Python's logging spells it; WARNING and above leave only errors.
+std::optional<int> verbosity_for_level(std::string_view level) {
+    std::string word = lower(trim(level));
+    if (word == "trace") return 2;
+    if (word == "debug") return 1;
+    if (word == "info") return 0;
+    if (word == "warning" || word == "warn" || word == "error" || word == "critical" ||
+        word == "fatal")
+        return -1;
+    return std::nullopt;
+}
+
+}  // namespace ddprun::cli
+
+namespace ddprun {
+
+std::expected<std::vector<int>, UsageError> parse_signal_list(const std::string& value) {
+    using namespace cli;
+    std::vector<int> signals;
+    if (trim(value).empty())
+        return std::unexpected(UsageError{"no signals listed (e.g. SIGTERM,SIGINT)"});
+    for (std::string_view item : split(value, ',')) {
+        item = trim(item);
+        std::optional<int> number;
+        if (auto integer = to_flag_integer(item)) {
+            if (*integer >= 1 && *integer <= SIGRTMAX) number = static_cast<int>(*integer);
+        } else {
+            std::string upper = env_suffix(item);
+            std::string_view name = upper;
+            if (name.starts_with("SIG")) name.remove_prefix(3);
+            for (const SignalName& entry : k_signal_names)
+                if (entry.name == name) number = entry.number;
+        }
+        if (!number)
+            return std::unexpected(UsageError{
+                fmt::format("unknown signal '{}' (use names like SIGTERM or TERM, or numbers 1-{})",
+                            item, SIGRTMAX)});
+        if (*number == SIGKILL || *number == SIGSTOP)
+            return std::unexpected(UsageError{
+                fmt::format("{} cannot be handled (use e.g. SIGTERM)", signal_name(*number))});
+        if (*number == SIGCHLD)
+            return std::unexpected(UsageError{
+                "SIGCHLD is how ddprun learns that workers exit; it cannot stop the job"});
+        if (std::find(signals.begin(), signals.end(), *number) == signals.end())
+            signals.push_back(*number);
+    }
+    return signals;
+}
+
+}  // namespace ddprun

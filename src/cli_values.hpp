@@ -1,0 +1,79 @@
+// One option's value, where it came from, and the parsers that check it.
+// Internal to the command line (src/cli*.cpp); include/ddprun/cli.hpp is the
+// interface.
+//
+// Why this header exists: cli.cpp decides which value an option takes (flag,
+// DDPRUN_<NAME>, PET_<NAME>, scheduler) and cli_values.cpp checks it; a Setting
+// carries the value together with its label so that every parser's error names
+// the flag or variable the user actually set.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <expected>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddprun/cli.hpp"
+#include "ddprun/config.hpp"
+
+namespace ddprun::cli {
+
+constexpr int k_max_nnodes = 1 << 16;
+
+// An option's name as its variable suffix: nproc-per-node -> NPROC_PER_NODE.
+std::string env_suffix(std::string_view name);
+std::string lower(std::string_view text);
+
+// One option's value and where it came from, for messages that name both.
+struct Setting {
+    std::string label;  // "--nnodes", "-r", "PET_NNODES", ...
+    std::string value;
+    bool bare_flag = false;  // a flag on the command line: it has no value to show
+
+    std::string shown() const {
+        if (bare_flag) return label;
+        bool plain = !value.empty() && value.find_first_of(" \t'\"") == std::string::npos;
+        return fmt::format("{}={}", label, plain ? value : "'" + value + "'");
+    }
+    UsageError error(std::string_view problem, std::string_view example) const {
+        return {fmt::format("{}: {} (e.g. {}={})", shown(), problem, label, example)};
+    }
+    UsageError error_hint(std::string_view problem, std::string_view hint) const {
+        return {fmt::format("{}: {} ({})", shown(), problem, hint)};
+    }
+};
+
+template <typename T>
+using Parsed = std::expected<T, UsageError>;
+
+// Each returns the value for LaunchConfig or one line naming s.label, the value
+// and an example.
+Parsed<bool> parse_switch(const Setting& s);
+Parsed<int> parse_int(const Setting& s, long long min, long long max, std::string_view example);
+Parsed<int> parse_nnodes(const Setting& s);
+Parsed<NprocSpec> parse_nproc(const Setting& s);
+Parsed<int> parse_port(const Setting& s);
+Parsed<double> parse_seconds(const Setting& s, bool zero_ok, std::string_view example);
+Parsed<std::string> parse_nonempty(const Setting& s, std::string_view example);
+// A host name or address: what other nodes and messages will use verbatim. Empty
+// only where `empty_ok` (then the default applies, as in torchrun).
+Parsed<std::string> parse_host(const Setting& s, std::string_view example, bool empty_ok = false);
+Parsed<std::string> parse_backend(const Setting& s);
+Parsed<std::string> parse_endpoint(const Setting& s);
+Parsed<std::map<std::string, std::string>> parse_rdzv_conf(const Setting& s);
+Parsed<StreamSelection> parse_streams(const Setting& s);
+Parsed<std::optional<std::set<int>>> parse_rank_filter(const Setting& s);
+Parsed<std::vector<int>> parse_signals(const Setting& s);
+Parsed<std::string> parse_start_method(const Setting& s);
+Parsed<NumaBinding> parse_numa_binding(const Setting& s);
+Parsed<std::string> parse_log_prefix(const Setting& s);
+
+// LOGLEVEL's value as a verbosity (-1 quiet .. 2), else nullopt.
+std::optional<int> verbosity_for_level(std::string_view level);
+
+}  // namespace ddprun::cli

@@ -1,0 +1,59 @@
+// What the rendezvous protocol (rendezvous.cpp) needs from records.cpp beyond
+// the public records.hpp: the records only the protocol writes and reads
+// (a rank's claim, the "joined" count, the round's result and stop), and the
+// wording of the messages both build, so that the whole wire format, and every
+// piece of JSON, stays in records.cpp. Not installed: nothing outside
+// libddprun depends on it.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddprun/records.hpp"
+
+namespace ddprun::detail {
+
+// Messages: one line each, with the values quoted and shortened.
+std::string quote_value(std::string_view text);
+// "node 2", "nodes 0-3, 7"
+std::string describe_nodes(std::vector<int> ranks);
+std::string describe_agent(const std::string& host, std::int64_t pid);
+std::string malformed(const std::string& key, const std::string& why);
+// Empty when every node agrees; else one line per differing field, joined:
+// "program and arguments differ: './a' on nodes 0-2, './b' on node 3".
+std::string fingerprint_mismatch(const std::vector<NodeInfo>& nodes);
+// Said by whichever node notices first, with only two nodes' values at hand.
+std::string nnodes_mismatch(int node_zero_nnodes, int their_nnodes, int their_rank);
+
+// A node rank's claim: the first one written wins the rank.
+std::string claim_json(const std::string& agent_id, const std::string& host, std::int64_t pid);
+// Who holds a claim, for messages ("an unreadable claim" if it cannot tell).
+std::string describe_claim(std::string_view text);
+
+// The record under "joined/<count>": who made the count, and how many nodes
+// it expects (-1 for node_rank: an abort ended the wait).
+struct JoinedRecord {
+    int node_rank = -1;
+    int nnodes = 1;
+};
+std::string joined_json(int node_rank, int nnodes);
+std::expected<JoinedRecord, std::string> parse_joined(std::string_view text);
+
+// The round's result: the membership node 0 publishes (`nodes` by node rank),
+// or an abort in its place; parse_round_result() (records.hpp) reads either.
+std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
+                            const Fingerprint& fingerprint);
+// An abort is written as the round's result and as its stop alike.
+std::string abort_json(const std::string& message, int exit_code);
+bool is_membership(std::string_view text);
+
+// The round's stop: the first one written is how the round ends everywhere.
+std::string failure_stop_json(const FailureRecord& record);
+std::string done_stop_json();
+// Never Timeout or StoreLost: text that is not a stop is an Abort naming `key`.
+StopEvent parse_stop(std::string_view text, const std::string& key);
+
+}  // namespace ddprun::detail
