@@ -41,52 +41,11 @@
 namespace {
 
 using namespace std::chrono_literals;
+using ddprun::CountingStore;
 using ddprun::Store;
 
 // Generous: 1024 threads on 2 loaded cores must not time out.
 constexpr auto k_timeout = 300s;
-
-// Counts the operations one agent makes (as tests/unit/test_rendezvous.cpp
-// does); its clones count separately.
-class CountingStore final : public Store {
-  public:
-    explicit CountingStore(std::unique_ptr<Store> inner) : m_inner(std::move(inner)) {}
-
-    void set(const std::string& key, const std::string& value) override {
-        ++m_ops;
-        m_inner->set(key, value);
-    }
-    std::string get(const std::string& key) override {
-        ++m_ops;
-        return m_inner->get(key);
-    }
-    std::int64_t add(const std::string& key, std::int64_t delta) override {
-        ++m_ops;
-        return m_inner->add(key, delta);
-    }
-    std::string compare_set(const std::string& key, const std::string& expected,
-                            const std::string& desired) override {
-        ++m_ops;
-        return m_inner->compare_set(key, expected, desired);
-    }
-    bool check(const std::vector<std::string>& keys) override {
-        ++m_ops;
-        return m_inner->check(keys);
-    }
-    void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-        ++m_ops;
-        m_inner->wait(keys, timeout);
-    }
-    std::unique_ptr<Store> clone() override {
-        return std::make_unique<CountingStore>(m_inner->clone());
-    }
-
-    int ops() const { return m_ops; }
-
-  private:
-    std::unique_ptr<Store> m_inner;
-    int m_ops = 0;
-};
 
 // A port nobody listens on now (another process may take it before the store
 // does; then the run fails and says so, it never measures the wrong thing).

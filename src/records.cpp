@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/text.hpp"
 #include "records_internal.hpp"
 
 namespace ddprun {
@@ -86,34 +87,12 @@ namespace {
 // ---------------------------------------------------------------------------
 // Parsing untrusted JSON
 
-bool nesting_within_limit(std::string_view text) {
-    int depth = 0;
-    bool in_string = false;
-    bool escaped = false;
-    for (char c : text) {
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > k_max_json_depth) return false;
-        } else if (c == '}' || c == ']') {
-            --depth;
-        }
-    }
-    return true;
-}
-
 std::expected<json, std::string> parse_object(std::string_view text) {
     if (text.empty()) return std::unexpected(std::string("empty record"));
     if (text.size() > k_max_record_bytes)
         return std::unexpected(fmt::format("record of {} bytes is too large", text.size()));
-    if (!nesting_within_limit(text)) return std::unexpected(std::string("nested too deeply"));
+    if (!json_nesting_within(text, k_max_json_depth))
+        return std::unexpected(std::string("nested too deeply"));
     json value = json::parse(text, nullptr, false);
     if (value.is_discarded()) return std::unexpected("not JSON: " + detail::quote_value(text));
     if (!value.is_object())

@@ -6,6 +6,7 @@
 #include "ddprun/report.hpp"
 
 #include "ddprun/exit_codes.hpp"
+#include "ddprun/text.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -48,31 +49,6 @@ constexpr std::size_t k_max_other_failures = 32;
 constexpr std::size_t k_box_width = 72;
 constexpr std::size_t k_tab_width = 4;
 constexpr std::string_view k_truncated = " [...]";
-
-// Rejects nesting deeper than the limit before the parser sees the text.
-bool nesting_within_limit(std::string_view text) {
-    int depth = 0;
-    bool in_string = false;
-    bool escaped = false;
-    for (char c : text) {
-        if (in_string) {
-            if (escaped) {
-                escaped = false;
-            } else if (c == '\\') {
-                escaped = true;
-            } else if (c == '"') {
-                in_string = false;
-            }
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > k_max_json_depth) return false;
-        } else if (c == '}' || c == ']') {
-            --depth;
-        }
-    }
-    return true;
-}
 
 bool is_blank(std::string_view text) {
     return text.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos;
@@ -140,7 +116,8 @@ std::string timestamp_text(const json& object) {
 }
 
 std::optional<ErrorFileInfo> parse_json(std::string_view text) {
-    if (text.size() > k_max_error_file_bytes || !nesting_within_limit(text)) return std::nullopt;
+    if (text.size() > k_max_error_file_bytes || !json_nesting_within(text, k_max_json_depth))
+        return std::nullopt;
     const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!doc.is_object()) return std::nullopt;
     const auto message_it = doc.find("message");

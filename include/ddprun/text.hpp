@@ -1,5 +1,6 @@
 // Small text helpers shared by the parsers of outside input (command line,
-// scheduler variables, sysfs files). Header-only: each is a few lines.
+// scheduler variables, sysfs files, JSON from files and the store).
+// Header-only: each is a few lines.
 #pragma once
 
 #include <cctype>
@@ -24,6 +25,31 @@ inline std::optional<long long> to_integer(std::string_view text, int base = 10)
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
     if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
     return value;
+}
+
+// False if JSON `text` nests arrays and objects deeper than `max_depth`: checked
+// before a recursive parser sees hostile text. Brackets inside strings do not count.
+inline bool json_nesting_within(std::string_view text, int max_depth) {
+    int depth = 0;
+    bool in_string = false;
+    bool escaped = false;
+    for (char c : text) {
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > max_depth) return false;
+        } else if (c == '}' || c == ']') {
+            --depth;
+        }
+    }
+    return true;
 }
 
 }  // namespace ddprun

@@ -1366,6 +1366,35 @@ int listen_on(int port) {
     return fd;
 }
 
+// Node 1 of a job whose endpoint is a listener here that accepts and never
+// answers; start_agent_on_a_silent_store() returns once the agent's connection
+// is accepted (m_silent).
+class SilentStore : public Reliability {
+  protected:
+    std::unique_ptr<DdprunProcess> start_agent_on_a_silent_store() {
+        m_listener = listen_on(m_port);
+        EXPECT_GE(m_listener, 0) << "cannot listen on port " << m_port << ": "
+                                 << std::strerror(errno);
+        auto node1 =
+            start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=120,read_timeout=120"),
+                        fake_worker({"print", "1"}));
+        pollfd pfd{m_listener, POLLIN, 0};
+        EXPECT_EQ(::poll(&pfd, 1, 30'000), 1) << "the agent never connected\n"
+                                              << node1->err_so_far();
+        m_silent = ::accept4(m_listener, nullptr, nullptr, SOCK_CLOEXEC);
+        return node1;
+    }
+
+    void TearDown() override {
+        if (m_silent >= 0) ::close(m_silent);
+        if (m_listener >= 0) ::close(m_listener);
+        Reliability::TearDown();
+    }
+
+    int m_listener = -1;
+    int m_silent = -1;
+};
+
 TEST_F(RendezvousFaults, StoreHostKilledMidJoinEndsTheWaitingNode) {
     // Three nodes expected, two come: the join cannot complete. Killing the
     // store's host must end node 1's wait long before its 60 s join timeout.
@@ -1472,15 +1501,9 @@ TEST_F(RendezvousFaults, EndpointThatResetsTheConnectionIsAClearErrorNotACrash) 
 // listener, which never answers; read_timeout is long) loses its supervisor to
 // SIGKILL: it must go too, at once, and not linger or spin until its store
 // call gives up.
-TEST_F(RendezvousFaults, SupervisorKilledMidJoinLeavesNoAgentBehind) {
-    int listener = listen_on(m_port);
-    ASSERT_GE(listener, 0) << "cannot listen on port " << m_port << ": " << std::strerror(errno);
-    auto node1 = start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=120,read_timeout=120"),
-                             fake_worker({"print", "1"}));
-    // Wait for its connection: accepted here, and never answered.
-    pollfd pfd{listener, POLLIN, 0};
-    ASSERT_EQ(::poll(&pfd, 1, 30'000), 1) << "the agent never connected\n" << node1->err_so_far();
-    int connection = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+TEST_F(SilentStore, SupervisorKilledMidJoinLeavesNoAgentBehind) {
+    auto node1 = start_agent_on_a_silent_store();
+    if (HasFailure()) return;
     pid_t agent = agent_of(node1->pid());
     ASSERT_GT(agent, 0) << node1->err_so_far();
     allow_orphan_grace();
@@ -1489,26 +1512,17 @@ TEST_F(RendezvousFaults, SupervisorKilledMidJoinLeavesNoAgentBehind) {
     EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.describe();
     // The listener stays silent: only the agent's own reaction can end it in time.
     bool gone = wait_until([&] { return !process_alive(agent); }, k_orphan_grace);
-    ::close(connection);
-    ::close(listener);
     EXPECT_TRUE(gone) << "the agent (pid " << agent << ") outlived its supervisor; /proc says: "
                       << describe({process_info(agent).value_or(ProcessInfo{})});
 }
 
 // Ctrl-C while an agent waits for the store's answer (read_timeout is long):
 // ddprun stops at once with 130, nothing started.
-TEST_F(RendezvousFaults, InterruptWhileWaitingForTheStoreStopsAtOnce) {
-    int listener = listen_on(m_port);
-    ASSERT_GE(listener, 0) << "cannot listen on port " << m_port << ": " << std::strerror(errno);
-    auto node1 = start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=120,read_timeout=120"),
-                             fake_worker({"print", "1"}));
-    pollfd pfd{listener, POLLIN, 0};
-    ASSERT_EQ(::poll(&pfd, 1, 30'000), 1) << "the agent never connected\n" << node1->err_so_far();
-    int connection = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+TEST_F(SilentStore, InterruptWhileWaitingForTheStoreStopsAtOnce) {
+    auto node1 = start_agent_on_a_silent_store();
+    if (HasFailure()) return;
     node1->send_signal(SIGINT);
     auto r = node1->wait();
-    ::close(connection);
-    ::close(listener);
     EXPECT_FALSE(r.timed_out) << "the signal waited for the store's read_timeout\n" << r.describe();
     EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.describe();
     EXPECT_TRUE(contains(r.err, "received SIGINT while connecting to the rendezvous store"))

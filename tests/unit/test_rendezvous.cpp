@@ -46,47 +46,6 @@ using JoinResult = std::expected<RoundMembership, RendezvousError>;
     return ::setenv("DDPRUN_STORE_PLUGIN", plugin.c_str(), 0) == 0;
 }();
 
-// Counts the operations an agent makes; its clones count separately.
-class CountingStore final : public Store {
-  public:
-    explicit CountingStore(std::unique_ptr<Store> inner) : m_inner(std::move(inner)) {}
-
-    void set(const std::string& key, const std::string& value) override {
-        ++m_ops;
-        m_inner->set(key, value);
-    }
-    std::string get(const std::string& key) override {
-        ++m_ops;
-        return m_inner->get(key);
-    }
-    std::int64_t add(const std::string& key, std::int64_t delta) override {
-        ++m_ops;
-        return m_inner->add(key, delta);
-    }
-    std::string compare_set(const std::string& key, const std::string& expected,
-                            const std::string& desired) override {
-        ++m_ops;
-        return m_inner->compare_set(key, expected, desired);
-    }
-    bool check(const std::vector<std::string>& keys) override {
-        ++m_ops;
-        return m_inner->check(keys);
-    }
-    void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-        ++m_ops;
-        m_inner->wait(keys, timeout);
-    }
-    std::unique_ptr<Store> clone() override {
-        return std::make_unique<CountingStore>(m_inner->clone());
-    }
-
-    int ops() const { return m_ops; }
-
-  private:
-    std::unique_ptr<Store> m_inner;
-    int m_ops = 0;
-};
-
 Fingerprint job(int nnodes) {
     return Fingerprint{nnodes, "./train --lr 0.1", 0, "job", "0.1.0"};
 }
