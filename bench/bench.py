@@ -435,7 +435,7 @@ def make_log_file(directory, megabytes):
     return path, megabytes * lines_per_chunk
 
 
-def bench_logs(args, log_path):
+def bench_logs(args, log_path, use_torchrun):
     size_mb = os.path.getsize(log_path) / 1e6
     quoted = "'" + log_path.replace("'", "'\\''") + "'"
     many = args.nproc
@@ -459,6 +459,11 @@ def bench_logs(args, log_path):
             False,
         ),
     ]
+    if use_torchrun:
+        # torchrun prefixes lines only with --tee (it writes the worker's output to files
+        # and tails them to its console); one worker: its tail is one Python thread.
+        tee = torchrun_argv(1, ["cat", log_path], extra=["--tee=3"])
+        spec.insert(3, ("torchrun --tee=3, 1 worker: cat", 1, tee, False, False))
     samples = {label: [] for label, *_ in spec}
     for _ in range(args.log_reps):  # interleaved, so drift hits every row alike
         for label, _workers, command, shell, _limit in spec:
@@ -1341,7 +1346,7 @@ def main():
         if args.only & {"logs", "memory"}:
             log_path, lines = make_log_file(scratch, args.log_mb)
             if "logs" in args.only:
-                bench_logs(args, log_path)
+                bench_logs(args, log_path, use_torchrun)
             if "memory" in args.only:
                 bench_memory(args, use_torchrun, log_path, lines)
         bench_multinode(args, use_torchrun, scratch)
