@@ -129,25 +129,42 @@ inline const char* find_terminator(const char* from, const char* end) {
     return cr == nullptr ? stop : static_cast<const char*>(cr);
 }
 
+// The next '\n' or '\r' of [from, end) at or after a position, each remembered
+// until passed, so that the scan stays linear however the two interleave (a
+// progress bar puts hundreds of '\r' in one chunk).
+class TerminatorScan {
+  public:
+    TerminatorScan(const char* from, const char* end)
+        : m_end(end), m_cr(find(from, '\r')), m_nl(find(from, '\n')) {}
+
+    // The first terminator at or after `pos`, or end.
+    const char* next(const char* pos) {
+        if (m_cr < pos) m_cr = find(pos, '\r');
+        if (m_nl < pos) m_nl = find(pos, '\n');
+        return m_nl < m_cr ? m_nl : m_cr;
+    }
+
+  private:
+    const char* find(const char* from, char byte) const {
+        const void* hit = std::memchr(from, byte, static_cast<std::size_t>(m_end - from));
+        return hit == nullptr ? m_end : static_cast<const char*>(hit);
+    }
+
+    const char* m_end;
+    const char* m_cr;
+    const char* m_nl;
+};
+
 // Both copy loops below append, for every complete segment of [pos, end)
 // (which starts a line), the prefix and the segment to `out`, and return
 // where the unterminated rest begins (end if there is none).
 
-// Portable: a memchr per terminator, remembered until passed so the scan
-// stays linear however '\n' and '\r' interleave (a progress bar puts
-// hundreds of '\r' in one chunk), and two memcpys per segment.
+// Portable: a memchr per terminator and two memcpys per segment.
 inline const char* copy_prefixed_lines_scalar(const char* pos, const char* end,
                                               std::string_view prefix, OutputBuffer& out) {
-    auto find = [end](const char* from, char byte) {
-        const void* hit = std::memchr(from, byte, static_cast<std::size_t>(end - from));
-        return hit == nullptr ? end : static_cast<const char*>(hit);
-    };
-    const char* next_cr = find(pos, '\r');
-    const char* next_nl = find(pos, '\n');
+    TerminatorScan scan(pos, end);
     while (pos != end) {
-        if (next_cr < pos) next_cr = find(pos, '\r');
-        if (next_nl < pos) next_nl = find(pos, '\n');
-        const char* stop = std::min(next_nl, next_cr);
+        const char* stop = scan.next(pos);
         if (stop == end) return pos;
         out.append(prefix);
         out.append(std::string_view(pos, static_cast<std::size_t>(stop + 1 - pos)));
@@ -308,20 +325,11 @@ inline const char* copy_prefixed_lines(const char* pos, const char* end, std::st
 template <typename Sink>
 void LineSplitter::feed(std::string_view chunk, Sink&& sink) {
     if (chunk.empty()) return;
-    // The next position of each terminator is remembered until passed, so the
-    // scan stays linear however the two interleave.
     const char* pos = chunk.data();
     const char* const end = pos + chunk.size();
-    auto find = [end](const char* from, char byte) {
-        const void* hit = std::memchr(from, byte, static_cast<std::size_t>(end - from));
-        return hit == nullptr ? end : static_cast<const char*>(hit);
-    };
-    const char* next_cr = find(pos, '\r');
-    const char* next_nl = find(pos, '\n');
+    detail::TerminatorScan scan(pos, end);
     while (pos != end) {
-        if (next_cr < pos) next_cr = find(pos, '\r');
-        if (next_nl < pos) next_nl = find(pos, '\n');
-        const char* stop = next_nl < next_cr ? next_nl : next_cr;
+        const char* stop = scan.next(pos);
         if (stop == end) {
             m_pending.append(pos, end);
             return;
