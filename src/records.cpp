@@ -137,6 +137,16 @@ class FieldReader {
         out = truncated(field->get_ref<const std::string&>(), limit);
     }
 
+    // A message ddprun prints as its one-line error: control characters (a
+    // newline from a stray writer) become spaces, and it must say something.
+    void line(const char* name, std::string& out) {
+        text(name, out);
+        if (!ok()) return;
+        std::replace_if(
+            out.begin(), out.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }, ' ');
+        if (out.find_first_not_of(' ') == std::string::npos) fail(name, "is empty");
+    }
+
     void lines(const char* name, std::vector<std::string>& out) {
         const json* field = find(name);
         if (field == nullptr) return;
@@ -481,7 +491,7 @@ StopEvent parse_stop(std::string_view text, const std::string& key) {
         }
     } else if (kind == "abort") {
         FieldReader read(*object);
-        read.text("message", event.message);
+        read.line("message", event.message);
         read.integer("exit_code", event.exit_code, 0, 255);
         if (!read.ok()) {
             event.message = malformed(key, read.error());
@@ -535,7 +545,7 @@ std::expected<RoundMembership, RendezvousError> parse_round_result(std::string_v
     if (kind == "abort") {
         RendezvousError error;
         FieldReader read(result);
-        read.text("message", error.message);
+        read.line("message", error.message);
         read.integer("exit_code", error.exit_code, 0, 255);
         if (!read.ok())
             return std::unexpected(RendezvousError{malformed(result_key, read.error())});

@@ -388,6 +388,8 @@ TEST(RendezvousJoin, MalformedRecordsGiveOneClearLine) {
          R"("max_restarts":0,"run_id":"job","version":"v","master_addr":"h","master_port":1})",
          "field 'host' lists 1 nodes, not 2"},
         {"result abort without message", "result", R"({"kind":"abort"})", "field 'message'"},
+        {"result abort with a blank message", "result",
+         R"({"kind":"abort","message":"\n ","exit_code":75})", "field 'message' is empty"},
         {"deep nesting", "result", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "nested too deeply"},
     };
     for (const auto& c : cases) {
