@@ -94,17 +94,12 @@ std::optional<long long> most_tasks_per_node(std::string_view text) {
 // ids themselves, which are physical and wrong inside the step's cgroup.
 std::optional<long long> count_ids(std::string_view text) {
     long long count = 0;
-    while (true) {
-        auto comma = text.find(',');
-        std::string_view item = trim(text.substr(0, comma));
-        auto dash = item.find('-');
-        auto first = to_integer(item.substr(0, dash));
-        auto last = dash == std::string_view::npos ? first : to_integer(item.substr(dash + 1));
-        if (!first || !last || *first < 0 || *last < *first) return std::nullopt;
-        count += *last - *first + 1;
-        if (comma == std::string_view::npos) return count;
-        text.remove_prefix(comma + 1);
-    }
+    bool parsed = for_each_id_range(text, [&count](long long first, long long last) {
+        count += last - first + 1;
+        return true;
+    });
+    if (!parsed) return std::nullopt;
+    return count;
 }
 
 constexpr std::string_view k_one_per_node =

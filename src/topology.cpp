@@ -129,20 +129,14 @@ std::optional<std::vector<int>> parse_cpu_list(std::string_view text) {
     std::set<int> cpus;
     text = trim(text);
     if (text.empty()) return std::vector<int>{};
-    while (true) {
-        auto comma = text.find(',');
-        std::string_view item = trim(text.substr(0, comma));
-        auto dash = item.find('-');
-        auto first = to_integer(item.substr(0, dash));
-        auto last = dash == std::string_view::npos ? first : to_integer(item.substr(dash + 1));
+    bool parsed = for_each_id_range(text, [&cpus](long long first, long long last) {
         // A bound keeps a typo such as "0-99999999" from allocating gigabytes.
         constexpr long long k_max_cpu = 1 << 20;
-        if (!first || !last || *first < 0 || *last < *first || *last > k_max_cpu)
-            return std::nullopt;
-        for (long long cpu = *first; cpu <= *last; ++cpu) cpus.insert(static_cast<int>(cpu));
-        if (comma == std::string_view::npos) break;
-        text.remove_prefix(comma + 1);
-    }
+        if (last > k_max_cpu) return false;
+        for (long long cpu = first; cpu <= last; ++cpu) cpus.insert(static_cast<int>(cpu));
+        return true;
+    });
+    if (!parsed) return std::nullopt;
     return std::vector<int>(cpus.begin(), cpus.end());
 }
 

@@ -27,6 +27,23 @@ inline std::optional<long long> to_integer(std::string_view text, int base = 10)
     return value;
 }
 
+// A list of ids and ranges, "0,2-5,7" (Linux cpulists, Slurm id lists): calls
+// `range(first, last)` for each item in order. False if an item is not N or N-M
+// with 0 <= N <= M, or `range` returns false.
+template <class Range>
+bool for_each_id_range(std::string_view text, Range&& range) {
+    while (true) {
+        auto comma = text.find(',');
+        std::string_view item = trim(text.substr(0, comma));
+        auto dash = item.find('-');
+        auto first = to_integer(item.substr(0, dash));
+        auto last = dash == std::string_view::npos ? first : to_integer(item.substr(dash + 1));
+        if (!first || !last || *first < 0 || *last < *first || !range(*first, *last)) return false;
+        if (comma == std::string_view::npos) return true;
+        text.remove_prefix(comma + 1);
+    }
+}
+
 // False if JSON `text` nests arrays and objects deeper than `max_depth`: checked
 // before a recursive parser sees hostile text. Brackets inside strings do not count.
 inline bool json_nesting_within(std::string_view text, int max_depth) {
