@@ -79,8 +79,8 @@ ddprun::NodeInfo agent_info(int agents, int i) {
 }
 
 struct AgentResult {
-    std::expected<ddprun::RoundMembership, ddprun::RendezvousError> joined =
-        std::unexpected(ddprun::RendezvousError{"never ran"});
+    std::expected<ddprun::RoundMembership, ddprun::Error> joined =
+        std::unexpected(ddprun::rendezvous_error("never ran"));
     int ops = 0;
 };
 
@@ -123,7 +123,7 @@ bool run_once(int agents) {
                 results[index].joined =
                     rendezvous.join(0, agent_info(agents, i), i == 0, k_timeout);
             } catch (const std::exception& e) {  // a StoreError must not end the process
-                results[index].joined = std::unexpected(ddprun::RendezvousError{e.what()});
+                results[index].joined = std::unexpected(ddprun::rendezvous_error(e.what()));
             }
             results[index].ops = counting.ops();
         });

@@ -30,16 +30,13 @@
 #include "ddprun/process_tree.hpp"
 #include "ddprun/rank_plan.hpp"
 #include "ddprun/report.hpp"
+#include "ddprun/signals.hpp"
 #include "ddprun/worker_group.hpp"
 
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
 namespace ddprun {
-
-int parent_death_signal() {
-    return SIGRTMIN;
-}
 
 namespace {
 
@@ -78,13 +75,6 @@ std::int64_t now_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
-}
-
-std::chrono::milliseconds seconds_conf(const LaunchConfig& config, const std::string& key,
-                                       std::chrono::milliseconds fallback) {
-    auto it = config.rdzv_conf.find(key);
-    if (it == config.rdzv_conf.end()) return fallback;
-    return std::chrono::milliseconds(static_cast<std::int64_t>(std::stod(it->second) * 1000));
 }
 
 // The root cause carried through the store, as the summary box shows workers.
@@ -126,7 +116,7 @@ struct Agent::Impl {
     int running = 0;
     bool failure_published = false;
     std::optional<StopEvent> stop_event;  // multi-node: how the round ended job-wide
-    std::optional<std::expected<RoundMembership, RendezvousError>> joined;
+    std::optional<std::expected<RoundMembership, Error>> joined;
 
     explicit Impl(AgentContext context) : ctx(std::move(context)) {}
 
@@ -457,12 +447,12 @@ std::optional<int> Agent::Impl::open_coordinator() {
         config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint, 29400);
     options.store.host = endpoint.host;
     options.store.port = endpoint.port;
-    options.store.timeout = seconds_conf(config, "read_timeout", std::chrono::seconds(60));
+    const RendezvousSettings& settings = config.rendezvous;
+    options.store.timeout = settings.read_timeout;
     options.run_id = config.rdzv_id;
-    options.join_timeout = seconds_conf(config, "join_timeout", std::chrono::seconds(600));
-    options.heartbeat_timeout = seconds_conf(config, "heartbeat_timeout", std::chrono::seconds(15));
-    options.barrier_timeout =
-        seconds_conf(config, "exit_barrier_timeout", std::chrono::seconds(300));
+    options.join_timeout = settings.join_timeout;
+    options.heartbeat_timeout = settings.heartbeat_timeout;
+    options.barrier_timeout = settings.exit_barrier_timeout;
 
     NodeInfo& me = options.me;
     me.node_rank = config.node_rank.value_or(-1);
@@ -481,14 +471,11 @@ std::optional<int> Agent::Impl::open_coordinator() {
 
     // Who hosts the store: --rdzv_conf is_host, else node 0, else (ranks assigned at join)
     // the first agent on the endpoint's machine to bind its port.
-    std::optional<bool> is_host;
-    if (auto it = config.rdzv_conf.find("is_host"); it != config.rdzv_conf.end())
-        is_host = it->second == "1" || it->second == "true" || it->second == "True";
-    else if (config.node_rank)
-        is_host = *config.node_rank == 0;
+    std::optional<bool> is_host = settings.is_host;
+    if (!is_host && config.node_rank) is_host = *config.node_rank == 0;
     bool try_host = is_host.value_or(is_local_host(endpoint.host));
     options.store.is_server = try_host;
-    const bool may_fall_back = try_host && !config.rdzv_conf.contains("is_host");
+    const bool may_fall_back = try_host && !settings.is_host;
 
     // Connecting can take up to read_timeout (the store's host is not up yet, or the port is
     // another program's): on a thread of its own, so that a signal still stops this agent.
@@ -505,7 +492,7 @@ std::optional<int> Agent::Impl::open_coordinator() {
             std::string host_error = opened.error().message;
             options.store.is_server = false;
             opened = Coordinator::open(io, options);
-            if (!opened) opened = std::unexpected(RendezvousError{host_error});
+            if (!opened) opened = std::unexpected(rendezvous_error(host_error));
         }
         if (!opened) {
             error = opened.error().message;
@@ -563,11 +550,11 @@ std::expected<RoundInfo, int> Agent::Impl::join_round() {
     join_guard.async_wait([this](boost::system::error_code ec) {
         if (ec || joined) return;
         coordinator->abandon();
-        joined = std::unexpected(RendezvousError{
-            fmt::format("the rendezvous store at --rdzv_endpoint did not answer within the "
-                        "join timeout ({} s); is something else listening on that port?",
-                        coordinator->options().join_timeout.count() / 1000),
-            exit_code::kRendezvous});
+        joined = std::unexpected(
+            Error{fmt::format("the rendezvous store at --rdzv_endpoint did not answer within the "
+                              "join timeout ({} s); is something else listening on that port?",
+                              coordinator->options().join_timeout.count() / 1000),
+                  exit_code::kRendezvous});
     });
     // Signals are still handled while the join is in flight (a Ctrl-C aborts it).
     while (!joined) {

@@ -90,14 +90,14 @@ class ConfigBuilder {
             m_error = std::move(value.error());
     }
 
-    void fail(UsageError error) {
+    void fail(Error error) {
         if (!m_error) m_error = std::move(error);
     }
-    const std::optional<UsageError>& error() const { return m_error; }
+    const std::optional<Error>& error() const { return m_error; }
 
   private:
     const Settings& m_settings;
-    std::optional<UsageError> m_error;
+    std::optional<Error> m_error;
 };
 
 void resolve_verbosity(const std::vector<CLI::Option*>& parsed, const Environment& env,
@@ -124,11 +124,10 @@ void resolve_verbosity(const std::vector<CLI::Option*>& parsed, const Environmen
     }
 }
 
-std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
-                                                     const std::vector<CLI::Option*>& parsed,
-                                                     const std::vector<std::string>& args,
-                                                     const Scanned& scanned,
-                                                     const Environment& env) {
+std::expected<LaunchConfig, Error> build_config(const Settings& settings,
+                                                const std::vector<CLI::Option*>& parsed,
+                                                const std::vector<std::string>& args,
+                                                const Scanned& scanned, const Environment& env) {
     LaunchConfig config;
     ConfigBuilder b(settings);
     bool standalone = false, module = false, no_python = false, run_path = false;
@@ -157,7 +156,7 @@ std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
     b.set("rdzv_backend", config.rdzv_backend, parse_backend);
     b.set("rdzv_endpoint", config.rdzv_endpoint, parse_endpoint);
     b.set("rdzv_id", config.rdzv_id, [](const Setting& s) { return parse_nonempty(s, "job42"); });
-    b.set("rdzv_conf", config.rdzv_conf, parse_rdzv_conf);
+    b.set("rdzv_conf", config.rendezvous, parse_rdzv_conf);
     if (standalone) {
         config.standalone = true;
         config.rdzv_backend = "c10d";
@@ -223,7 +222,7 @@ std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
     config.args.assign(args.begin() + static_cast<std::ptrdiff_t>(at) + 1, args.end());
     if (config.program.empty())
         return std::unexpected(
-            UsageError{"the program name is empty (usage: ddprun [options] PROGRAM [ARGS...])"});
+            usage_error("the program name is empty (usage: ddprun [options] PROGRAM [ARGS...])"));
     config.forward_signals.clear();
     for (int signal : {SIGUSR1, SIGUSR2})
         if (std::find(config.stop_signals.begin(), config.stop_signals.end(), signal) ==
@@ -242,7 +241,7 @@ std::expected<LaunchConfig, UsageError> build_config(const Settings& settings,
 // the name of the variable it came from, so a bad one reads e.g.
 // "SLURM_NODEID=3: must be less than the number of nodes (2)". `detected`
 // gets each filled option's source for the log and --dry-run.
-std::expected<LaunchDefaults, UsageError> add_scheduler_values(
+std::expected<LaunchDefaults, Error> add_scheduler_values(
     Settings& settings, const Environment& env, std::map<std::string_view, std::string>& detected) {
     GivenValues given;
     for (const auto& [name, setting] : settings)
@@ -314,8 +313,8 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
 
 namespace ddprun {
 
-std::expected<CommandLine, UsageError> parse_command_line(const std::vector<std::string>& args,
-                                                          const Environment& env) {
+std::expected<CommandLine, Error> parse_command_line(const std::vector<std::string>& args,
+                                                     const Environment& env) {
     using namespace cli;
     Scanned scanned = scan(args);
 
@@ -336,7 +335,7 @@ std::expected<CommandLine, UsageError> parse_command_line(const std::vector<std:
         // scan() hands CLI11 only well-formed options, so this means the two
         // disagree: still one line, never CLI11's help.
         return std::unexpected(
-            UsageError{fmt::format("cannot parse the options: {}", error.what())});
+            usage_error(fmt::format("cannot parse the options: {}", error.what())));
     }
 
     auto given = [&](std::string_view name) {
@@ -367,17 +366,6 @@ std::expected<CommandLine, UsageError> parse_command_line(const std::vector<std:
     config->value_sources = describe_sources(*config, settings, detected);
     command_line.config = std::move(*config);
     return command_line;
-}
-
-Environment environment_from(char** envp) {
-    Environment env;
-    for (char** entry = envp; entry != nullptr && *entry != nullptr; ++entry) {
-        std::string_view text = *entry;
-        auto equals = text.find('=');
-        if (equals == std::string_view::npos) continue;
-        env.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
-    }
-    return env;
 }
 
 }  // namespace ddprun

@@ -107,7 +107,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
     return d[a.size()][b.size()];
 }
 
-UsageError unknown_flag(const std::string& typed) {
+Error unknown_flag(const std::string& typed) {
     std::string suggestion = closest_flag(typed);
     if (!suggestion.empty())
         return {fmt::format("unknown flag {} (did you mean {}?)", typed, suggestion)};
@@ -118,7 +118,7 @@ UsageError unknown_flag(const std::string& typed) {
 
 // A long name as typed (without "--"): exact in either spelling, else a unique
 // prefix, as torchrun's argparse accepts "--nproc" for "--nproc_per_node".
-std::expected<const OptionSpec*, UsageError> find_long(std::string_view name) {
+std::expected<const OptionSpec*, Error> find_long(std::string_view name) {
     std::vector<const OptionSpec*> prefixed;
     for (const OptionSpec& spec : k_options) {
         std::string other = alternate_spelling(spec.name);
@@ -131,8 +131,8 @@ std::expected<const OptionSpec*, UsageError> find_long(std::string_view name) {
     std::string candidates;
     for (const OptionSpec* spec : prefixed)
         candidates += fmt::format("{}--{}", candidates.empty() ? "" : ", ", spec->name);
-    return std::unexpected(UsageError{
-        fmt::format("ambiguous flag --{} (could be {}; spell it out)", name, candidates)});
+    return std::unexpected(usage_error(
+        fmt::format("ambiguous flag --{} (could be {}; spell it out)", name, candidates)));
 }
 
 const OptionSpec* find_short(char letter) {
@@ -168,7 +168,7 @@ std::string alternate_spelling(std::string_view name) {
 // flag is reported, never mistaken for the program.
 Scanned scan(const std::vector<std::string>& args) {
     Scanned out;
-    auto fail = [&out](UsageError error) {
+    auto fail = [&out](Error error) {
         if (!out.error) out.error = std::move(error);
     };
     for (std::size_t i = 0; i < args.size(); ++i) {

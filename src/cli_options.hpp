@@ -51,7 +51,7 @@ struct Scanned {
     std::vector<std::string> options;  // canonical spellings, values as separate items
     std::map<std::string_view, std::string> spelling;  // canonical name -> as typed
     std::optional<std::size_t> program_index;
-    std::optional<UsageError> error;  // the first unknown, ambiguous or malformed flag
+    std::optional<Error> error;  // the first unknown, ambiguous or malformed flag
 };
 
 Scanned scan(const std::vector<std::string>& args);

@@ -21,6 +21,7 @@
 #include <iterator>
 
 #include "ddprun/log_mux.hpp"
+#include "ddprun/signals.hpp"
 #include "ddprun/text.hpp"
 
 namespace ddprun::cli {
@@ -63,38 +64,6 @@ std::optional<double> to_number(std::string_view text) {
         !std::isfinite(value))
         return std::nullopt;
     return value;
-}
-
-std::optional<bool> to_bool(std::string_view text) {
-    std::string word = lower(trim(text));
-    if (word == "1" || word == "true" || word == "yes" || word == "on") return true;
-    if (word == "0" || word == "false" || word == "no" || word == "off") return false;
-    return std::nullopt;
-}
-
-struct SignalName {
-    std::string_view name;
-    int number;
-};
-
-constexpr SignalName k_signal_names[] = {
-    {"HUP", SIGHUP},       {"INT", SIGINT},       {"QUIT", SIGQUIT}, {"ILL", SIGILL},
-    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},     {"IOT", SIGIOT},   {"BUS", SIGBUS},
-    {"FPE", SIGFPE},       {"KILL", SIGKILL},     {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},
-    {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},     {"ALRM", SIGALRM}, {"TERM", SIGTERM},
-    {"CHLD", SIGCHLD},     {"CONT", SIGCONT},     {"STOP", SIGSTOP}, {"TSTP", SIGTSTP},
-    {"TTIN", SIGTTIN},     {"TTOU", SIGTTOU},     {"URG", SIGURG},   {"XCPU", SIGXCPU},
-    {"XFSZ", SIGXFSZ},     {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH},
-    {"IO", SIGIO},         {"POLL", SIGPOLL},     {"PWR", SIGPWR},   {"SYS", SIGSYS},
-#ifdef SIGSTKFLT
-    {"STKFLT", SIGSTKFLT},
-#endif
-};
-
-std::string signal_name(int number) {
-    for (const SignalName& entry : k_signal_names)
-        if (entry.number == number) return fmt::format("SIG{}", entry.name);
-    return fmt::format("signal {}", number);
 }
 
 }  // namespace
@@ -234,12 +203,17 @@ Parsed<std::string> parse_endpoint(const Setting& s) {
     return std::string(value);
 }
 
-constexpr std::string_view k_conf_timeouts[] = {"join_timeout",         "heartbeat_timeout",
-                                                "exit_barrier_timeout", "read_timeout",
-                                                "last_call_timeout",    "close_timeout"};
-
-Parsed<std::map<std::string, std::string>> parse_rdzv_conf(const Setting& s) {
-    std::map<std::string, std::string> conf;
+Parsed<RendezvousSettings> parse_rdzv_conf(const Setting& s) {
+    RendezvousSettings conf;
+    using Timeout = std::pair<std::string_view, std::chrono::milliseconds*>;
+    const Timeout timeouts[] = {
+        {"join_timeout", &conf.join_timeout},
+        {"heartbeat_timeout", &conf.heartbeat_timeout},
+        {"exit_barrier_timeout", &conf.exit_barrier_timeout},
+        {"read_timeout", &conf.read_timeout},
+        {"last_call_timeout", &conf.last_call_timeout},
+        {"close_timeout", &conf.close_timeout},
+    };
     for (std::string_view pair : split(s.value, ',')) {
         if (trim(pair).empty()) continue;  // torchrun skips empty pairs ("a=1,")
         auto equals = pair.find('=');
@@ -251,16 +225,22 @@ Parsed<std::map<std::string, std::string>> parse_rdzv_conf(const Setting& s) {
         if (key.empty() || value.empty())
             return std::unexpected(
                 s.error(fmt::format("'{}' is not KEY=VALUE", trim(pair)), "join_timeout=600"));
-        bool timeout = std::find(std::begin(k_conf_timeouts), std::end(k_conf_timeouts), key) !=
-                       std::end(k_conf_timeouts);
-        auto seconds = to_number(value);
-        if (timeout && (!seconds || *seconds <= 0 || *seconds > k_max_seconds))
-            return std::unexpected(
-                s.error(fmt::format("{} must be a positive number of seconds", key),
-                        fmt::format("{}=600", key)));
-        if (key == "is_host" && !to_bool(value))
-            return std::unexpected(s.error("is_host must be 1 or 0", "is_host=1"));
-        conf[key] = value;
+        auto timeout = std::ranges::find(timeouts, key, &Timeout::first);
+        if (timeout != std::end(timeouts)) {
+            auto seconds = to_number(value);
+            if (!seconds || *seconds <= 0 || *seconds > k_max_seconds)
+                return std::unexpected(
+                    s.error(fmt::format("{} must be a positive number of seconds", key),
+                            fmt::format("{}=600", key)));
+            *timeout->second = std::chrono::milliseconds(std::llround(*seconds * 1000));
+        } else if (key == "is_host") {
+            conf.is_host = to_bool(value);
+            if (!conf.is_host)
+                return std::unexpected(
+                    s.error("is_host must be 1|true|yes|on or 0|false|no|off", "is_host=1"));
+        } else {
+            conf.other[key] = value;
+        }
     }
     return conf;
 }
@@ -308,7 +288,7 @@ Parsed<std::optional<std::set<int>>> parse_rank_filter(const Setting& s) {
 
 Parsed<std::vector<int>> parse_signals(const Setting& s) {
     auto signals = parse_signal_list(s.value);
-    if (!signals) return std::unexpected(UsageError{s.shown() + ": " + signals.error().message});
+    if (!signals) return std::unexpected(usage_error(s.shown() + ": " + signals.error().message));
     return *signals;
 }
 
@@ -354,33 +334,29 @@ std::optional<int> verbosity_for_level(std::string_view level) {
 
 namespace ddprun {
 
-std::expected<std::vector<int>, UsageError> parse_signal_list(const std::string& value) {
+std::expected<std::vector<int>, Error> parse_signal_list(const std::string& value) {
     using namespace cli;
     std::vector<int> signals;
     if (trim(value).empty())
-        return std::unexpected(UsageError{"no signals listed (e.g. SIGTERM,SIGINT)"});
+        return std::unexpected(usage_error("no signals listed (e.g. SIGTERM,SIGINT)"));
     for (std::string_view item : split(value, ',')) {
         item = trim(item);
         std::optional<int> number;
         if (auto integer = to_flag_integer(item)) {
             if (*integer >= 1 && *integer <= SIGRTMAX) number = static_cast<int>(*integer);
         } else {
-            std::string upper = env_suffix(item);
-            std::string_view name = upper;
-            if (name.starts_with("SIG")) name.remove_prefix(3);
-            for (const SignalName& entry : k_signal_names)
-                if (entry.name == name) number = entry.number;
+            number = signal_number(item);
         }
         if (!number)
-            return std::unexpected(UsageError{
+            return std::unexpected(usage_error(
                 fmt::format("unknown signal '{}' (use names like SIGTERM or TERM, or numbers 1-{})",
-                            item, SIGRTMAX)});
+                            item, SIGRTMAX)));
         if (*number == SIGKILL || *number == SIGSTOP)
-            return std::unexpected(UsageError{
-                fmt::format("{} cannot be handled (use e.g. SIGTERM)", signal_name(*number))});
+            return std::unexpected(usage_error(
+                fmt::format("{} cannot be handled (use e.g. SIGTERM)", signal_name(*number))));
         if (*number == SIGCHLD)
-            return std::unexpected(UsageError{
-                "SIGCHLD is how ddprun learns that workers exit; it cannot stop the job"});
+            return std::unexpected(usage_error(
+                "SIGCHLD is how ddprun learns that workers exit; it cannot stop the job"));
         if (std::find(signals.begin(), signals.end(), *number) == signals.end())
             signals.push_back(*number);
     }

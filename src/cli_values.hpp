@@ -40,16 +40,16 @@ struct Setting {
         bool plain = !value.empty() && value.find_first_of(" \t'\"") == std::string::npos;
         return fmt::format("{}={}", label, plain ? value : "'" + value + "'");
     }
-    UsageError error(std::string_view problem, std::string_view example) const {
+    Error error(std::string_view problem, std::string_view example) const {
         return {fmt::format("{}: {} (e.g. {}={})", shown(), problem, label, example)};
     }
-    UsageError error_hint(std::string_view problem, std::string_view hint) const {
+    Error error_hint(std::string_view problem, std::string_view hint) const {
         return {fmt::format("{}: {} ({})", shown(), problem, hint)};
     }
 };
 
 template <typename T>
-using Parsed = std::expected<T, UsageError>;
+using Parsed = std::expected<T, Error>;
 
 // Each returns the value for LaunchConfig or one line naming s.label, the value
 // and an example.
@@ -65,7 +65,7 @@ Parsed<std::string> parse_nonempty(const Setting& s, std::string_view example);
 Parsed<std::string> parse_host(const Setting& s, std::string_view example, bool empty_ok = false);
 Parsed<std::string> parse_backend(const Setting& s);
 Parsed<std::string> parse_endpoint(const Setting& s);
-Parsed<std::map<std::string, std::string>> parse_rdzv_conf(const Setting& s);
+Parsed<RendezvousSettings> parse_rdzv_conf(const Setting& s);
 Parsed<StreamSelection> parse_streams(const Setting& s);
 Parsed<std::optional<std::set<int>>> parse_rank_filter(const Setting& s);
 Parsed<std::vector<int>> parse_signals(const Setting& s);

@@ -20,14 +20,14 @@ constexpr std::chrono::milliseconds k_wait_slice{500};
 
 }  // namespace
 
-std::expected<std::unique_ptr<Coordinator>, RendezvousError> Coordinator::open(asio::io_context& io,
-                                                                               Options options) {
+std::expected<std::unique_ptr<Coordinator>, Error> Coordinator::open(asio::io_context& io,
+                                                                     Options options) {
     try {
         auto store = open_tcp_store(options.store);
         return std::unique_ptr<Coordinator>(
             new Coordinator(io, std::move(options), std::move(store)));
     } catch (const StoreError& e) {
-        return std::unexpected(RendezvousError{e.what(), exit_code::kRendezvous});
+        return std::unexpected(Error{e.what(), exit_code::kRendezvous});
     }
 }
 
@@ -185,7 +185,7 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
     }
 }
 
-std::optional<RendezvousError> Coordinator::check_run_id() {
+std::optional<Error> Coordinator::check_run_id() {
     // The value names who wrote it: "<run id>\n<node rank> (<host>)".
     const std::string& mine = m_options.run_id;
     const std::string me = fmt::format("node {} ({})", m_options.me.node_rank, m_options.me.host);
@@ -206,9 +206,9 @@ std::optional<RendezvousError> Coordinator::check_run_id() {
         other.abort(0, nnodes(), message, exit_code::kRendezvous);
         if (m_options.store.is_server)
             other.wait_acknowledged(0, nnodes(), std::chrono::seconds(2));
-        return RendezvousError{message, exit_code::kRendezvous};
+        return Error{message, exit_code::kRendezvous};
     } catch (const StoreError& e) {
-        return RendezvousError{e.what(), exit_code::kRendezvous};
+        return Error{e.what(), exit_code::kRendezvous};
     }
 }
 

@@ -26,7 +26,7 @@ namespace {
 
 using namespace ddprun;
 
-int usage_error(const std::string& message) {
+int report_usage(const std::string& message) {
     std::fprintf(stderr, "ddprun: error: %s\n", message.c_str());
     return exit_code::kUsage;
 }
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     Environment env = environment_from(environ);
     std::vector<std::string> args(argv + 1, argv + argc);
     auto command_line = parse_command_line(args, env);
-    if (!command_line) return usage_error(command_line.error().message);
+    if (!command_line) return report_usage(command_line.error().message);
     if (command_line->action != CommandLine::Action::Run) {
         std::fputs(command_line->text.c_str(), stdout);
         return exit_code::kSuccess;
@@ -100,10 +100,10 @@ int main(int argc, char** argv) {
     if (ctx.resources.devices.empty())
         spdlog::debug("no GPU found and no CUDA_VISIBLE_DEVICES: leaving it unset for workers");
     auto nproc = resolve_nproc(config.nproc_per_node, ctx.resources);
-    if (!nproc) return usage_error(nproc.error().message);
+    if (!nproc) return report_usage(nproc.error().message);
     ctx.nproc = *nproc;
     auto bindings = plan_node_binding(config, ctx.resources, ctx.nproc);
-    if (!bindings) return usage_error(bindings.error());
+    if (!bindings) return report_usage(bindings.error());
     ctx.bindings = std::move(*bindings);
 
     if (config.dry_run) return dry_run(config, ctx.resources, ctx.nproc, env, ctx.bindings);
@@ -128,9 +128,9 @@ int main(int argc, char** argv) {
         std::error_code ec;
         std::filesystem::create_directories(ctx.log_dir, ec);
         if (ec || ::access(ctx.log_dir.c_str(), W_OK) != 0)
-            return usage_error("--log_dir=" + ctx.log_dir + ": " +
-                               (ec ? ec.message() : std::string("not writable")) +
-                               "; choose a writable directory");
+            return report_usage("--log_dir=" + ctx.log_dir + ": " +
+                                (ec ? ec.message() : std::string("not writable")) +
+                                "; choose a writable directory");
     }
     ctx.scratch_dir = make_temp_dir(env, "ddprun-");
     if (ctx.scratch_dir.empty()) {

@@ -44,14 +44,6 @@ std::vector<pid_t> children_of(pid_t parent) {
     return children;
 }
 
-sigset_t block_signals(const std::vector<int>& signals) {
-    sigset_t set, old;
-    sigemptyset(&set);
-    for (int sig : signals) sigaddset(&set, sig);
-    ::pthread_sigmask(SIG_BLOCK, &set, &old);
-    return old;
-}
-
 void reap_exited(const std::function<void(pid_t, int)>& on_reaped) {
     for (;;) {
         int status = 0;

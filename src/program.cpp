@@ -13,17 +13,16 @@
 namespace ddprun {
 namespace {
 
-ProgramError not_found(const std::string& name, const std::string& why) {
-    return {exit_code::kNotFound, name + ": " + why};
+Error not_found(const std::string& name, const std::string& why) {
+    return {name + ": " + why, exit_code::kNotFound};
 }
 
-ProgramError not_executable(const std::string& name, const std::string& why) {
-    return {exit_code::kNotExecutable, name + ": " + why};
+Error not_executable(const std::string& name, const std::string& why) {
+    return {name + ": " + why, exit_code::kNotExecutable};
 }
 
 // Checks one candidate path; nullopt-like empty error message means usable.
-std::expected<std::string, ProgramError> check_file(const std::string& shown,
-                                                    const std::string& path) {
+std::expected<std::string, Error> check_file(const std::string& shown, const std::string& path) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
         if (errno == EACCES)
@@ -43,12 +42,12 @@ std::expected<std::string, ProgramError> check_file(const std::string& shown,
 
 }  // namespace
 
-std::expected<std::string, ProgramError> resolve_executable(const std::string& name,
-                                                            const std::string& path_var) {
+std::expected<std::string, Error> resolve_executable(const std::string& name,
+                                                     const std::string& path_var) {
     if (name.empty()) return std::unexpected(not_found("''", "empty program name"));
     if (name.find('/') != std::string::npos) return check_file(name, name);
 
-    std::optional<ProgramError> first_error;
+    std::optional<Error> first_error;
     std::size_t start = 0;
     while (start <= path_var.size()) {
         std::size_t end = path_var.find(':', start);
@@ -68,9 +67,9 @@ std::expected<std::string, ProgramError> resolve_executable(const std::string& n
     return std::unexpected(not_found(name, "command not found on PATH"));
 }
 
-std::expected<std::string, ProgramError> resolve_command(const std::vector<std::string>& argv,
-                                                         const LaunchConfig& config,
-                                                         const Environment& env) {
+std::expected<std::string, Error> resolve_command(const std::vector<std::string>& argv,
+                                                  const LaunchConfig& config,
+                                                  const Environment& env) {
     auto path_it = env.find("PATH");
     std::string path_var = path_it == env.end() ? "/usr/local/bin:/usr/bin:/bin" : path_it->second;
     auto exe = resolve_executable(argv.at(0), path_var);

@@ -32,24 +32,23 @@ std::string shell_word(const std::string& word) {
 
 }  // namespace
 
-std::expected<int, UsageError> resolve_nproc(const NprocSpec& spec,
-                                             const NodeResources& resources) {
+std::expected<int, Error> resolve_nproc(const NprocSpec& spec, const NodeResources& resources) {
     const int ndevices = static_cast<int>(resources.devices.size());
     const std::string where =
         resources.devices_inherited ? "in the inherited CUDA_VISIBLE_DEVICES" : "on this machine";
     switch (spec.kind) {
         case NprocKind::Count:
             if (ndevices > 0 && spec.count > ndevices)
-                return std::unexpected(UsageError{fmt::format(
+                return std::unexpected(usage_error(fmt::format(
                     "--nproc_per_node={}: more workers than the {} GPU{} {}; lower it, or use "
                     "--all-devices to give every worker every GPU",
-                    spec.count, ndevices, ndevices == 1 ? "" : "s", where)});
+                    spec.count, ndevices, ndevices == 1 ? "" : "s", where)));
             return spec.count;
         case NprocKind::Gpu:
             if (ndevices == 0)
-                return std::unexpected(UsageError{
+                return std::unexpected(usage_error(
                     "--nproc_per_node=gpu: no GPU found (no CUDA_VISIBLE_DEVICES and no NVIDIA "
-                    "driver); give a number, or use --nproc_per_node=cpu"});
+                    "driver); give a number, or use --nproc_per_node=cpu"));
             return ndevices;
         case NprocKind::Cpu:
             return std::max(1, resources.cpus);

@@ -534,31 +534,31 @@ std::expected<FailureRecord, std::string> parse_failure_record(std::string_view 
     return failure_from(*object);
 }
 
-std::expected<RoundMembership, RendezvousError> parse_round_result(std::string_view text,
-                                                                   const std::string& result_key,
-                                                                   int round, const NodeInfo& me) {
+std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
+                                                         const std::string& result_key, int round,
+                                                         const NodeInfo& me) {
     using detail::malformed;
     auto object = parse_object(text);
-    if (!object) return std::unexpected(RendezvousError{malformed(result_key, object.error())});
+    if (!object) return std::unexpected(rendezvous_error(malformed(result_key, object.error())));
     const json& result = *object;
     std::string kind = string_field(result, "kind");
     if (kind == "abort") {
-        RendezvousError error;
+        Error error;
         FieldReader read(result);
         read.line("message", error.message);
         read.integer("exit_code", error.exit_code, 0, 255);
         if (!read.ok())
-            return std::unexpected(RendezvousError{malformed(result_key, read.error())});
+            return std::unexpected(rendezvous_error(malformed(result_key, read.error())));
         return std::unexpected(error);
     }
     if (kind != "membership" || !result.contains("nproc") || !result["nproc"].is_array()) {
         return std::unexpected(
-            RendezvousError{malformed(result_key, "neither a membership nor an abort")});
+            rendezvous_error(malformed(result_key, "neither a membership nor an abort")));
     }
     const std::size_t listed = result["nproc"].size();
     if (listed != static_cast<std::size_t>(me.fingerprint.nnodes)) {
-        return std::unexpected(RendezvousError{detail::nnodes_mismatch(
-            static_cast<int>(listed), me.fingerprint.nnodes, me.node_rank)});
+        return std::unexpected(rendezvous_error(detail::nnodes_mismatch(
+            static_cast<int>(listed), me.fingerprint.nnodes, me.node_rank)));
     }
     Fingerprint fingerprint;
     RoundMembership membership;
@@ -574,12 +574,12 @@ std::expected<RoundMembership, RendezvousError> parse_round_result(std::string_v
     read.texts("host", membership.hosts, listed);
     read.integers("pid", pids, listed, std::int64_t{0}, std::int64_t{INT64_MAX});
     read.texts("agent_id", agent_ids, listed);
-    if (!read.ok()) return std::unexpected(RendezvousError{malformed(result_key, read.error())});
+    if (!read.ok()) return std::unexpected(rendezvous_error(malformed(result_key, read.error())));
     const auto mine = static_cast<std::size_t>(me.node_rank);
     if (agent_ids[mine] != me.agent_id) {
-        return std::unexpected(RendezvousError{
+        return std::unexpected(rendezvous_error(
             fmt::format("rendezvous: round {} went ahead with another agent as node {} ({})", round,
-                        me.node_rank, detail::describe_agent(membership.hosts[mine], pids[mine]))});
+                        me.node_rank, detail::describe_agent(membership.hosts[mine], pids[mine]))));
     }
     return membership;
 }

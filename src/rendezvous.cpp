@@ -63,9 +63,8 @@ std::string Rendezvous::key(int round, std::string_view name) const {
     return fmt::format("ddprun/{}/r{}/{}", m_run_id, round, name);
 }
 
-std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, NodeInfo me,
-                                                                 bool is_store_host,
-                                                                 milliseconds timeout) {
+std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, bool is_store_host,
+                                                       milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
     const int nnodes = me.fingerprint.nnodes;
     me.agent_id = m_agent_id;
@@ -76,19 +75,19 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
             } else {
                 std::int64_t assigned = m_store.add(key(round, "assign"), 1);
                 if (assigned >= nnodes) {
-                    return std::unexpected(RendezvousError{fmt::format(
+                    return std::unexpected(rendezvous_error(fmt::format(
                         "rendezvous: more agents than --nnodes={} joined round {} of run {}; "
                         "this one ({}) is one too many",
                         nnodes, round, detail::quote_value(m_run_id),
-                        detail::describe_agent(me.host, me.pid))});
+                        detail::describe_agent(me.host, me.pid))));
                 }
                 me.node_rank = static_cast<int>(assigned);
             }
         }
         if (me.node_rank >= nnodes) {
-            return std::unexpected(RendezvousError{
+            return std::unexpected(rendezvous_error(
                 fmt::format("rendezvous: --node_rank={} is out of range for --nnodes={}",
-                            me.node_rank, nnodes)});
+                            me.node_rank, nnodes)));
         }
 
         const std::string claim_key = key(round, fmt::format("claim/{}", me.node_rank));
@@ -103,7 +102,7 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
             std::string result = abort_join(round, message, exit_code::kRendezvous, nnodes);
             // If the round was already complete, only this agent is wrong;
             // else every agent reports the abort that won (this one, usually).
-            if (detail::is_membership(result)) return std::unexpected(RendezvousError{message});
+            if (detail::is_membership(result)) return std::unexpected(rendezvous_error(message));
             return read_result(round, me);
         }
 
@@ -129,11 +128,11 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
         try {
             return join_timed_out(round, me, timeout);
         } catch (const StoreError& error) {
-            return std::unexpected(RendezvousError{fmt::format(
-                "rendezvous timed out after {} ({})", seconds_text(timeout), error.what())});
+            return std::unexpected(rendezvous_error(fmt::format(
+                "rendezvous timed out after {} ({})", seconds_text(timeout), error.what())));
         }
     } catch (const StoreError& error) {
-        RendezvousError failed{fmt::format("rendezvous failed: {}", error.what())};
+        Error failed{fmt::format("rendezvous failed: {}", error.what())};
         // The store answered but refused (garbage under a key): the others would wait for
         // this agent until join_timeout, so end the round for everyone with this line.
         if (error.kind() == StoreError::Kind::Other) {
@@ -149,18 +148,18 @@ std::expected<RoundMembership, RendezvousError> Rendezvous::join(int round, Node
 
 // Node 0 checks the records once everyone has joined and publishes the
 // membership. Returns why the round cannot start, if it cannot.
-std::optional<RendezvousError> Rendezvous::collect(int round, const NodeInfo& me,
-                                                   Clock::time_point deadline) {
+std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me,
+                                         Clock::time_point deadline) {
     const int nnodes = me.fingerprint.nnodes;
     const std::string complete_key = key(round, fmt::format("joined/{}", nnodes));
     wait_until(m_store, {complete_key}, deadline);
     if (m_store.check({key(round, "result")})) return std::nullopt;  // aborted meanwhile
 
     auto complete = detail::parse_joined(m_store.get(complete_key));
-    if (!complete) return RendezvousError{detail::malformed(complete_key, complete.error())};
+    if (!complete) return rendezvous_error(detail::malformed(complete_key, complete.error()));
     if (complete->nnodes != nnodes) {
-        return RendezvousError{
-            detail::nnodes_mismatch(nnodes, complete->nnodes, complete->node_rank)};
+        return rendezvous_error(
+            detail::nnodes_mismatch(nnodes, complete->nnodes, complete->node_rank));
     }
 
     std::vector<std::string> info_keys;
@@ -173,15 +172,15 @@ std::optional<RendezvousError> Rendezvous::collect(int round, const NodeInfo& me
     for (int rank = 0; rank < nnodes; ++rank) {
         const std::string& info_key = info_keys[static_cast<std::size_t>(rank)];
         auto info = parse_node_info(m_store.get(info_key));
-        if (!info) return RendezvousError{detail::malformed(info_key, info.error())};
+        if (!info) return rendezvous_error(detail::malformed(info_key, info.error()));
         if (info->node_rank != rank) {
-            return RendezvousError{detail::malformed(
-                info_key, fmt::format("it is the record of node rank {}", info->node_rank))};
+            return rendezvous_error(detail::malformed(
+                info_key, fmt::format("it is the record of node rank {}", info->node_rank)));
         }
         nodes.push_back(std::move(*info));
     }
     if (std::string mismatch = detail::fingerprint_mismatch(nodes); !mismatch.empty())
-        return RendezvousError{"rendezvous: the nodes must run the same job, but " + mismatch};
+        return rendezvous_error("rendezvous: the nodes must run the same job, but " + mismatch);
 
     m_store.compare_set(key(round, "result"), "",
                         detail::membership_json(round, nodes, me.fingerprint));
@@ -220,15 +219,13 @@ std::string Rendezvous::abort_join(int round, const std::string& message, int ex
     return result;
 }
 
-std::expected<RoundMembership, RendezvousError> Rendezvous::read_result(int round,
-                                                                        const NodeInfo& me) {
+std::expected<RoundMembership, Error> Rendezvous::read_result(int round, const NodeInfo& me) {
     const std::string result_key = key(round, "result");
     return parse_round_result(m_store.get(result_key), result_key, round, me);
 }
 
-std::expected<RoundMembership, RendezvousError> Rendezvous::join_timed_out(int round,
-                                                                           const NodeInfo& me,
-                                                                           milliseconds timeout) {
+std::expected<RoundMembership, Error> Rendezvous::join_timed_out(int round, const NodeInfo& me,
+                                                                 milliseconds timeout) {
     const int nnodes = me.fingerprint.nnodes;
     std::vector<int> missing;
     for (int rank = 0; rank < nnodes; ++rank)

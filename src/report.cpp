@@ -379,28 +379,6 @@ int exit_code_of(const WorkerOutcome& outcome) {
     return outcome.signal != 0 ? exit_code::kSignalBase + outcome.signal : outcome.exit_code;
 }
 
-std::string signal_name(int signal) {
-    // A table rather than strsignal(), which gives prose ("Segmentation
-    // fault"); the macros keep the numbers right on every architecture.
-    static constexpr std::pair<int, std::string_view> k_names[] = {
-        {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"},
-        {SIGILL, "SIGILL"},       {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"},
-        {SIGBUS, "SIGBUS"},       {SIGFPE, "SIGFPE"},       {SIGKILL, "SIGKILL"},
-        {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"},     {SIGUSR2, "SIGUSR2"},
-        {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"},
-        {SIGSTKFLT, "SIGSTKFLT"}, {SIGCHLD, "SIGCHLD"},     {SIGCONT, "SIGCONT"},
-        {SIGSTOP, "SIGSTOP"},     {SIGTSTP, "SIGTSTP"},     {SIGTTIN, "SIGTTIN"},
-        {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},       {SIGXCPU, "SIGXCPU"},
-        {SIGXFSZ, "SIGXFSZ"},     {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"},
-        {SIGWINCH, "SIGWINCH"},   {SIGIO, "SIGIO"},         {SIGPWR, "SIGPWR"},
-        {SIGSYS, "SIGSYS"},
-    };
-    for (const auto& [number, name] : k_names) {
-        if (number == signal) return std::string(name);
-    }
-    return fmt::format("signal {}", signal);
-}
-
 std::optional<std::size_t> root_cause(const std::vector<WorkerOutcome>& outcomes) {
     // Ties in time go to the lower rank, so every node names the same worker.
     const auto earlier = [&](std::size_t a, std::size_t b) {

@@ -24,7 +24,7 @@
 namespace ddprun {
 namespace {
 
-using Failure = std::unexpected<UsageError>;
+using Failure = std::unexpected<Error>;
 
 // Slurm's ids for steps that are not an srun step: the batch script (…294),
 // the extern step (…295) and an interactive salloc shell (…290) and above.
@@ -50,14 +50,14 @@ std::optional<Variable> first_set(const Environment& env,
     return std::nullopt;
 }
 
-UsageError bad_variable(const Variable& variable, std::string_view problem, std::string_view hint) {
+Error bad_variable(const Variable& variable, std::string_view problem, std::string_view hint) {
     return {fmt::format("{}={}: {} ({})", variable.name, variable.value, problem, hint)};
 }
 
 // A count or id the scheduler wrote: anything else means the environment is
 // not what it seems, and guessing would strand the other nodes.
-std::expected<long long, UsageError> read_integer(const Variable& variable, long long min,
-                                                  std::string_view hint) {
+std::expected<long long, Error> read_integer(const Variable& variable, long long min,
+                                             std::string_view hint) {
     auto value = to_integer(variable.value);
     if (!value || *value < min)
         return Failure(bad_variable(
@@ -117,7 +117,7 @@ class Detector {
         }
     }
 
-    std::expected<LaunchDefaults, UsageError> run() {
+    std::expected<LaunchDefaults, Error> run() {
         if (auto error = check_one_launcher_per_node()) return Failure(*error);
         auto found = slurm();
         if (!found) return Failure(found.error());
@@ -151,7 +151,7 @@ class Detector {
 
     // mpirun and srun both start as many copies as asked; several per node would
     // each start a full set of workers on the same GPUs.
-    std::optional<UsageError> check_one_launcher_per_node() const {
+    std::optional<Error> check_one_launcher_per_node() const {
         if (!shape_open()) return std::nullopt;
         for (std::string_view name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
             auto variable = lookup(m_env, name);
@@ -168,7 +168,7 @@ class Detector {
         return std::nullopt;
     }
 
-    std::optional<UsageError> check_one_slurm_task_per_node() const {
+    std::optional<Error> check_one_slurm_task_per_node() const {
         std::string_view fix = "srun --ntasks-per-node=1 ddprun ...";
         if (auto variable =
                 first_set(m_env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
@@ -201,7 +201,7 @@ class Detector {
         return id && *id >= 0 && *id < k_first_special_step_id;
     }
 
-    std::expected<bool, UsageError> slurm() {
+    std::expected<bool, Error> slurm() {
         auto job = first_set(m_env, {"SLURM_JOB_ID", "SLURM_JOBID"});
         auto node = first_set(m_env, {"SLURM_NODEID", "SLURM_PROCID"});
         if (!job || !node) return false;  // not a job, or an salloc shell on a login node
@@ -242,9 +242,9 @@ class Detector {
                                                  "SLURM_NODELIST"})
                              : first_set(m_env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
             if (!list)
-                return Failure(UsageError{
+                return Failure(usage_error(
                     "Slurm set no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST to find node 0 in "
-                    "(pass --master_addr=HOST of node 0)"});
+                    "(pass --master_addr=HOST of node 0)"));
             auto hosts = expand_hostlist(list->value);
             if (!hosts)
                 return Failure(bad_variable(*list, hosts.error(),
@@ -263,7 +263,7 @@ class Detector {
     }
 
     // The GPUs Slurm gave this node's step, as a --nproc_per_node value.
-    std::expected<std::optional<DetectedValue>, UsageError> slurm_gpus(bool step) const {
+    std::expected<std::optional<DetectedValue>, Error> slurm_gpus(bool step) const {
         std::optional<long long> on_node;
         auto gpus_on_node = lookup(m_env, "SLURM_GPUS_ON_NODE");
         if (gpus_on_node) {
@@ -289,7 +289,7 @@ class Detector {
         return std::nullopt;
     }
 
-    std::expected<bool, UsageError> mpi() {
+    std::expected<bool, Error> mpi() {
         std::optional<Variable> size, rank;
         for (auto [size_name, rank_name] :
              {std::pair{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
@@ -313,10 +313,10 @@ class Detector {
         if (nnodes() > 1 && open("master_addr")) {
             auto addr = lookup(m_env, "MASTER_ADDR");
             if (!addr)
-                return Failure(UsageError{fmt::format(
+                return Failure(usage_error(fmt::format(
                     "{}={}: mpirun does not say where rank 0 runs (pass --master_addr=HOST of "
                     "rank 0, or export it: mpirun -x MASTER_ADDR=HOST ...)",
-                    size->name, size->value)});
+                    size->name, size->value)));
             m_out.master_addr = detected(*addr);
         }
         if (nnodes() > 1 && open("master_port"))
@@ -349,8 +349,8 @@ class Detector {
 
 }  // namespace
 
-std::expected<LaunchDefaults, UsageError> detect_launch_environment(const Environment& env,
-                                                                    const GivenValues& given) {
+std::expected<LaunchDefaults, Error> detect_launch_environment(const Environment& env,
+                                                               const GivenValues& given) {
     return Detector(env, given).run();
 }
 

@@ -12,10 +12,10 @@
 #include <cstdio>
 #include <cstring>
 
-#include "ddprun/agent.hpp"
 #include "ddprun/exit_codes.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/process_tree.hpp"
+#include "ddprun/signals.hpp"
 
 namespace ddprun {
 namespace {

@@ -61,8 +61,8 @@ struct ChildSetup {
 
 }  // namespace
 
-std::expected<pid_t, SpawnError> spawn_worker(const WorkerSpec& spec, const std::string& executable,
-                                              const Environment& base_env, WorkerStdio stdio) {
+std::expected<pid_t, Error> spawn_worker(const WorkerSpec& spec, const std::string& executable,
+                                         const Environment& base_env, WorkerStdio stdio) {
     bp::environment env;
     for (const auto& [name, value] : base_env) env[name] = value;
     for (const auto& [name, value] : spec.env) env[name] = value;
@@ -78,7 +78,7 @@ std::expected<pid_t, SpawnError> spawn_worker(const WorkerSpec& spec, const std:
                        : exit_code::kInternal;
         std::string hint = ec.value() == ENOEXEC ? " (a script needs a #! line)" : "";
         return std::unexpected(
-            SpawnError{code, spec.argv.front() + ": cannot execute: " + ec.message() + hint});
+            Error{spec.argv.front() + ": cannot execute: " + ec.message() + hint, code});
     }
     pid_t pid = child.id();
     // The agent owns the pid from here: it reaps in its one waitpid loop.

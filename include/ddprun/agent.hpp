@@ -27,9 +27,6 @@ struct AgentContext {
     std::string host;                   // this node's name, for reports
 };
 
-// The signal a dying supervisor's agent receives (PR_SET_PDEATHSIG).
-int parent_death_signal();
-
 class Agent {
   public:
     explicit Agent(AgentContext context);

@@ -8,15 +8,10 @@
 #include <vector>
 
 #include "ddprun/config.hpp"
+#include "ddprun/environment.hpp"
+#include "ddprun/error.hpp"
 
 namespace ddprun {
-
-using Environment = std::map<std::string, std::string>;
-
-// A mistake the user made: one line naming the flag, the value and a hint.
-struct UsageError {
-    std::string message;
-};
 
 struct CommandLine {
     enum class Action { Run, PrintHelp, PrintVersion };
@@ -27,16 +22,14 @@ struct CommandLine {
 
 // args: argv[1..]. env: the process environment (DDPRUN_<NAME>, PET_<NAME>,
 // LOGLEVEL, PYTHON_EXEC are read from it).
-std::expected<CommandLine, UsageError> parse_command_line(const std::vector<std::string>& args,
-                                                          const Environment& env);
+std::expected<CommandLine, Error> parse_command_line(const std::vector<std::string>& args,
+                                                     const Environment& env);
 
 // Parses a signal list such as "SIGTERM,SIGINT" or "TERM,2" (used by
 // --signals_to_handle); exposed for tests.
-std::expected<std::vector<int>, UsageError> parse_signal_list(const std::string& value);
+std::expected<std::vector<int>, Error> parse_signal_list(const std::string& value);
 
 // The closest known flag to an unknown one (edit distance), or "" if none is close.
 std::string closest_flag(const std::string& unknown);
-
-Environment environment_from(char** envp);
 
 }  // namespace ddprun

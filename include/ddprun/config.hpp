@@ -49,6 +49,22 @@ enum class ProgramKind {
     PythonModule,  // -m pkg.mod: $PYTHON_EXEC (or python3) -u -m pkg.mod args
 };
 
+// --rdzv_conf, typed and validated once by the CLI. Durations are positive;
+// keys ddprun does not use are kept in `other` (torchrun passes them on to its
+// backend, so they are accepted, not refused).
+struct RendezvousSettings {
+    // Whether this agent hosts the store: empty means node 0 does (or, with
+    // ranks assigned at join, the first agent on the endpoint's machine).
+    std::optional<bool> is_host;
+    std::chrono::milliseconds join_timeout{600000};
+    std::chrono::milliseconds read_timeout{60000};  // one store operation, and connecting
+    std::chrono::milliseconds heartbeat_timeout{15000};
+    std::chrono::milliseconds exit_barrier_timeout{300000};
+    std::chrono::milliseconds last_call_timeout{30000};
+    std::chrono::milliseconds close_timeout{30000};
+    std::map<std::string, std::string> other;
+};
+
 struct LaunchConfig {
     // Job shape.
     int nnodes = 1;
@@ -63,7 +79,7 @@ struct LaunchConfig {
     std::string rdzv_backend = "static";
     std::string rdzv_endpoint;  // host[:port]; empty: master_addr:29400
     std::string rdzv_id = "none";
-    std::map<std::string, std::string> rdzv_conf;
+    RendezvousSettings rendezvous;  // --rdzv_conf
     bool standalone = false;
     std::string local_addr;  // this node's address as the others reach it; empty: hostname
 

@@ -40,14 +40,14 @@ class Coordinator {
         std::chrono::milliseconds barrier_timeout{300000};
     };
 
-    using JoinDone = std::function<void(std::expected<RoundMembership, RendezvousError>)>;
+    using JoinDone = std::function<void(std::expected<RoundMembership, Error>)>;
     using StopHandler = std::function<void(StopEvent)>;
     using LostHandler = std::function<void(std::string)>;
     using SignalHandler = std::function<void(int)>;
 
     // Opens (or hosts) the store. Blocking; call before the event loop runs.
-    static std::expected<std::unique_ptr<Coordinator>, RendezvousError> open(
-        boost::asio::io_context& io, Options options);
+    static std::expected<std::unique_ptr<Coordinator>, Error> open(boost::asio::io_context& io,
+                                                                   Options options);
     ~Coordinator();
     Coordinator(const Coordinator&) = delete;
     Coordinator& operator=(const Coordinator&) = delete;
@@ -83,7 +83,7 @@ class Coordinator {
     // Agents of different jobs (--rdzv_id) on one store never meet under their
     // own keys; one key outside every job's namespace tells them apart. On a
     // mismatch, the other job's agents are told too. Blocking.
-    std::optional<RendezvousError> check_run_id();
+    std::optional<Error> check_run_id();
 
     // Heartbeats from now on, for the round given to join(). A node whose
     // heartbeat stops is published as a failure by the store's host; a store

@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/cli.hpp"
 #include "ddprun/config.hpp"
+#include "ddprun/environment.hpp"
+#include "ddprun/error.hpp"
 #include "ddprun/nvml.hpp"
 
 namespace ddprun {

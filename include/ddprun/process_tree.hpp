@@ -20,9 +20,6 @@ std::string become_subreaper();
 // The pids whose parent is `parent`, from /proc.
 std::vector<pid_t> children_of(pid_t parent);
 
-// Blocks `signals` in the calling thread and returns the previous mask.
-sigset_t block_signals(const std::vector<int>& signals);
-
 // SIGKILLs every child (and the process group it leads) and reaps, repeatedly,
 // until no child is left or `bound` has passed. SIGCHLD must be blocked in the
 // caller (it is waited for with sigtimedwait, not polled). `on_reaped` is

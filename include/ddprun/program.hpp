@@ -7,25 +7,22 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/cli.hpp"
+#include "ddprun/config.hpp"
+#include "ddprun/environment.hpp"
+#include "ddprun/error.hpp"
 
 namespace ddprun {
-
-struct ProgramError {
-    int exit_code;        // exit_code::kNotFound or exit_code::kNotExecutable
-    std::string message;  // one line naming the program and what to do
-};
 
 // Resolves `name` like execvp would: a name with '/' is taken as a path, others
 // are searched in `path_var` (PATH). Checks that the result is a regular file
 // the agent may execute.
-std::expected<std::string, ProgramError> resolve_executable(const std::string& name,
-                                                            const std::string& path_var);
+std::expected<std::string, Error> resolve_executable(const std::string& name,
+                                                     const std::string& path_var);
 
 // Resolves argv[0] of a worker command, and for `python -u script.py` also
 // checks that the script exists. Returns the path to execute.
-std::expected<std::string, ProgramError> resolve_command(const std::vector<std::string>& argv,
-                                                         const LaunchConfig& config,
-                                                         const Environment& env);
+std::expected<std::string, Error> resolve_command(const std::vector<std::string>& argv,
+                                                  const LaunchConfig& config,
+                                                  const Environment& env);
 
 }  // namespace ddprun

@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "ddprun/binding.hpp"
-#include "ddprun/cli.hpp"
 #include "ddprun/config.hpp"
+#include "ddprun/environment.hpp"
+#include "ddprun/error.hpp"
 
 namespace ddprun {
 
@@ -38,7 +39,7 @@ struct WorkerSpec {
 
 // Resolves --nproc_per_node (a count, gpu, cpu, auto) on this node.
 // Errors: "gpu" with no device; more workers than devices.
-std::expected<int, UsageError> resolve_nproc(const NprocSpec& spec, const NodeResources& resources);
+std::expected<int, Error> resolve_nproc(const NprocSpec& spec, const NodeResources& resources);
 
 // The command to execute: [program, args...], [python, -u, file.py, args...]
 // or [python, -u, -m, module, args...]; python is $PYTHON_EXEC or "python3".

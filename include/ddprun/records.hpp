@@ -1,6 +1,6 @@
 // The records ddprun's agents exchange through the rendezvous store: who a node
 // is (NodeInfo), what must agree between nodes (Fingerprint), what a round
-// decided (RoundMembership) or why it did not start (RendezvousError), and how
+// decided (RoundMembership) or why it did not start (Error), and how
 // it stopped (FailureRecord, StopEvent). Kept apart from the protocol that
 // moves them (rendezvous.hpp) because their wire format is a contract of its
 // own: the text under a key may have been written by another ddprun version,
@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/exit_codes.hpp"
+#include "ddprun/error.hpp"
 
 namespace ddprun {
 
@@ -48,12 +48,6 @@ struct RoundMembership {
     std::vector<std::string> hosts;   // by node rank
     std::string master_addr;          // node 0's addr
     int master_port = 0;              // node 0's master_port
-};
-
-// Why a join failed: one line for the user, and what ddprun exits with.
-struct RendezvousError {
-    std::string message;
-    int exit_code = exit_code::kRendezvous;
 };
 
 enum class FailureKind {
@@ -106,8 +100,8 @@ std::expected<FailureRecord, std::string> parse_failure_record(std::string_view 
 // reads it (its node rank, nnodes and agent id): the round's membership, or why
 // the round did not start (an abort, a record that is not one, a membership that
 // does not fit `me`) as an error naming the key.
-std::expected<RoundMembership, RendezvousError> parse_round_result(std::string_view text,
-                                                                   const std::string& key,
-                                                                   int round, const NodeInfo& me);
+std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
+                                                         const std::string& key, int round,
+                                                         const NodeInfo& me);
 
 }  // namespace ddprun

@@ -50,8 +50,8 @@ class Rendezvous {
     // round, when two agents claim the same node rank (naming both hosts), when
     // the fingerprints differ (naming the field, its values and the nodes), on
     // timeout (naming the node ranks that never joined), or after abort().
-    std::expected<RoundMembership, RendezvousError> join(int round, NodeInfo me, bool is_store_host,
-                                                         std::chrono::milliseconds timeout);
+    std::expected<RoundMembership, Error> join(int round, NodeInfo me, bool is_store_host,
+                                               std::chrono::milliseconds timeout);
 
     // Gives the round up (e.g. the agent got SIGTERM): agents still in join()
     // fail with `message`, and wait_stop() returns Abort, unless the round
@@ -90,14 +90,14 @@ class Rendezvous {
     std::string key(int round, std::string_view name) const;
 
   private:
-    std::optional<RendezvousError> collect(int round, const NodeInfo& me,
-                                           std::chrono::steady_clock::time_point deadline);
+    std::optional<Error> collect(int round, const NodeInfo& me,
+                                 std::chrono::steady_clock::time_point deadline);
     void check_node_zero(int round, const NodeInfo& me,
                          std::chrono::steady_clock::time_point deadline);
     std::string abort_join(int round, const std::string& message, int exit_code, int nnodes);
-    std::expected<RoundMembership, RendezvousError> read_result(int round, const NodeInfo& me);
-    std::expected<RoundMembership, RendezvousError> join_timed_out(
-        int round, const NodeInfo& me, std::chrono::milliseconds timeout);
+    std::expected<RoundMembership, Error> read_result(int round, const NodeInfo& me);
+    std::expected<RoundMembership, Error> join_timed_out(int round, const NodeInfo& me,
+                                                         std::chrono::milliseconds timeout);
 
     Store& m_store;
     std::string m_run_id;

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ddprun/signals.hpp"
+
 namespace ddprun {
 
 // How one worker ended, as the agent observed it.
@@ -43,9 +45,6 @@ std::optional<ErrorFileInfo> read_error_file(const std::string& path);
 
 // The exit code a worker's end maps to: its code, or 128+N for signal N.
 int exit_code_of(const WorkerOutcome& outcome);
-
-// "SIGSEGV" for 11, "signal 77" for unknown numbers.
-std::string signal_name(int signal);
 
 // Index of the root cause among outcomes: the earliest failure by time that
 // ddprun did not cause itself; if every failure was stopped by ddprun, the

@@ -36,8 +36,9 @@
 #include <optional>
 #include <string>
 
-#include "ddprun/cli.hpp"
 #include "ddprun/config.hpp"
+#include "ddprun/environment.hpp"
+#include "ddprun/error.hpp"
 
 namespace ddprun {
 
@@ -77,8 +78,8 @@ using GivenValues = std::map<std::string, std::string, std::less<>>;
 // itself); a multi-node Slurm allocation seen from its batch script, which
 // runs on the first node only; mpirun on several nodes without MASTER_ADDR.
 // Each is raised only when the value it concerns is not given by the user.
-std::expected<LaunchDefaults, UsageError> detect_launch_environment(const Environment& env,
-                                                                    const GivenValues& given = {});
+std::expected<LaunchDefaults, Error> detect_launch_environment(const Environment& env,
+                                                               const GivenValues& given = {});
 
 // One line for the log and --dry-run from config.scheduler and
 // config.value_sources: "slurm detected: nnodes=2 (SLURM_NNODES), node_rank=1

@@ -27,6 +27,21 @@ inline std::optional<long long> to_integer(std::string_view text, int base = 10)
     return value;
 }
 
+// A yes/no word, as every switch of ddprun takes it: 1|true|yes|on and
+// 0|false|no|off, in any case, blanks around allowed; else nullopt.
+inline std::optional<bool> to_bool(std::string_view text) {
+    text = trim(text);
+    auto is = [text](std::string_view word) {
+        if (text.size() != word.size()) return false;
+        for (std::size_t i = 0; i < word.size(); ++i)
+            if (std::tolower(static_cast<unsigned char>(text[i])) != word[i]) return false;
+        return true;
+    };
+    if (is("1") || is("true") || is("yes") || is("on")) return true;
+    if (is("0") || is("false") || is("no") || is("off")) return false;
+    return std::nullopt;
+}
+
 // A list of ids and ranges, "0,2-5,7" (Linux cpulists, Slurm id lists): calls
 // `range(first, last)` for each item in order. False if an item is not N or N-M
 // with 0 <= N <= M, or `range` returns false.

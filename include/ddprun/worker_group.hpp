@@ -10,15 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/cli.hpp"
+#include "ddprun/config.hpp"
+#include "ddprun/environment.hpp"
+#include "ddprun/error.hpp"
 #include "ddprun/rank_plan.hpp"
 
 namespace ddprun {
-
-struct SpawnError {
-    int exit_code;        // 126/127 for exec failures, 70 for resource failures
-    std::string message;  // one line
-};
 
 // The fds a worker's standard streams are connected to (the caller keeps
 // ownership and closes its copies after spawning).
@@ -31,8 +28,8 @@ struct WorkerStdio {
 // Starts `spec` executing `executable` (the resolved argv[0]) with `base_env`
 // plus spec.env. Must be called from the agent's main thread: the kernel
 // delivers PR_SET_PDEATHSIG when the *thread* that forked exits.
-std::expected<pid_t, SpawnError> spawn_worker(const WorkerSpec& spec, const std::string& executable,
-                                              const Environment& base_env, WorkerStdio stdio);
+std::expected<pid_t, Error> spawn_worker(const WorkerSpec& spec, const std::string& executable,
+                                         const Environment& base_env, WorkerStdio stdio);
 
 // Sends `signal` to the process group the worker leads. Only call while the
 // worker is not yet reaped (its pid, and so its group id, cannot be reused).

@@ -67,7 +67,7 @@ const std::vector<ValueFlagCase>& value_flag_cases() {
         {"rdzv_id", "job7", [](const LaunchConfig& c) { EXPECT_EQ(c.rdzv_id, "job7"); }},
         {"rdzv_conf", "join_timeout=600",
          [](const LaunchConfig& c) {
-             EXPECT_EQ(c.rdzv_conf, (std::map<std::string, std::string>{{"join_timeout", "600"}}));
+             EXPECT_EQ(c.rendezvous.join_timeout, std::chrono::seconds(600));
          }},
         {"max_restarts", "3", [](const LaunchConfig& c) { EXPECT_EQ(c.max_restarts, 3); }},
         {"monitor_interval", "5",
@@ -195,7 +195,12 @@ TEST(CliDefaults, NothingGiven) {
     EXPECT_EQ(c.rdzv_backend, "static");
     EXPECT_EQ(c.rdzv_endpoint, "");
     EXPECT_EQ(c.rdzv_id, "none");
-    EXPECT_TRUE(c.rdzv_conf.empty());
+    EXPECT_FALSE(c.rendezvous.is_host.has_value());
+    EXPECT_EQ(c.rendezvous.join_timeout, std::chrono::seconds(600));
+    EXPECT_EQ(c.rendezvous.read_timeout, std::chrono::seconds(60));
+    EXPECT_EQ(c.rendezvous.heartbeat_timeout, std::chrono::seconds(15));
+    EXPECT_EQ(c.rendezvous.exit_barrier_timeout, std::chrono::seconds(300));
+    EXPECT_TRUE(c.rendezvous.other.empty());
     EXPECT_FALSE(c.standalone);
     EXPECT_EQ(c.max_restarts, 0);
     EXPECT_EQ(c.shutdown_timeout.count(), 30000);
@@ -362,10 +367,23 @@ TEST(CliShape, RendezvousEndpointsAndConf) {
     }
     LaunchConfig c = parse_ok(
         {"--rdzv_conf", "join_timeout=600, is_host=0,last_call_timeout=0.5,custom=x=y,", "./t"});
-    EXPECT_EQ(c.rdzv_conf, (std::map<std::string, std::string>{{"join_timeout", "600"},
-                                                               {"is_host", "0"},
-                                                               {"last_call_timeout", "0.5"},
-                                                               {"custom", "x=y"}}));
+    EXPECT_EQ(c.rendezvous.join_timeout, std::chrono::seconds(600));
+    EXPECT_EQ(c.rendezvous.is_host, false);
+    EXPECT_EQ(c.rendezvous.last_call_timeout, std::chrono::milliseconds(500));
+    EXPECT_EQ(c.rendezvous.other, (std::map<std::string, std::string>{{"custom", "x=y"}}));
+}
+
+// Every spelling the CLI accepts for is_host means the same to the agent (a
+// bare string compare once made "yes" a client).
+TEST(CliShape, IsHostTakesEverySpellingOfYesAndNo) {
+    for (std::string yes : {"1", "true", "True", "yes", "YES", "on"}) {
+        SCOPED_TRACE(yes);
+        EXPECT_EQ(parse_ok({"--rdzv_conf=is_host=" + yes, "./t"}).rendezvous.is_host, true);
+    }
+    for (std::string no : {"0", "false", "no", "Off"}) {
+        SCOPED_TRACE(no);
+        EXPECT_EQ(parse_ok({"--rdzv_conf=is_host=" + no, "./t"}).rendezvous.is_host, false);
+    }
 }
 
 TEST(CliShape, SignalsToHandleDecideWhatIsOnlyForwarded) {

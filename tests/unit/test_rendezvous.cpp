@@ -34,7 +34,7 @@ namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-using JoinResult = std::expected<RoundMembership, RendezvousError>;
+using JoinResult = std::expected<RoundMembership, Error>;
 
 // See test_store.cpp: the plugin is in the build directory's root.
 [[maybe_unused]] const bool k_plugin_path_set = [] {

@@ -1,0 +1,28 @@
+// The process environment as a map (see environment.hpp), and the one-line
+// error of a failed syscall (error.hpp).
+#include "ddprun/environment.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+#include "ddprun/error.hpp"
+
+namespace ddprun {
+
+Environment environment_from(char** envp) {
+    Environment env;
+    for (char** entry = envp; entry != nullptr && *entry != nullptr; ++entry) {
+        std::string_view text = *entry;
+        auto equals = text.find('=');
+        if (equals == std::string_view::npos) continue;
+        env.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
+    }
+    return env;
+}
+
+Error system_error(const std::string& call) {
+    return {call + ": " + std::strerror(errno), exit_code::kInternal};
+}
+
+}  // namespace ddprun
