@@ -110,7 +110,7 @@ void resolve_verbosity(const std::vector<CLI::Option*>& parsed, const Environmen
     std::size_t verbose = count_of("verbose");
     std::size_t quiet = count_of("quiet");
     if (verbose > 0 && quiet > 0) {
-        builder.fail({"-q/--quiet with -v/--verbose: pick one"});
+        builder.fail(usage_error("-q/--quiet with -v/--verbose: pick one"));
     } else if (quiet > 0) {
         config.verbosity = -1;
     } else if (verbose > 0) {
@@ -214,7 +214,8 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
 
     if (!b.error() && !scanned.program_index)
         b.fail(
-            {"no program to run (usage: ddprun [options] PROGRAM [ARGS...]; see ddprun --help)"});
+            usage_error("no program to run (usage: ddprun [options] PROGRAM [ARGS...]; see ddprun "
+                        "--help)"));
     if (b.error()) return std::unexpected(*b.error());
 
     std::size_t at = *scanned.program_index;

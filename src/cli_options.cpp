@@ -110,10 +110,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 Error unknown_flag(const std::string& typed) {
     std::string suggestion = closest_flag(typed);
     if (!suggestion.empty())
-        return {fmt::format("unknown flag {} (did you mean {}?)", typed, suggestion)};
-    return {fmt::format(
+        return usage_error(fmt::format("unknown flag {} (did you mean {}?)", typed, suggestion));
+    return usage_error(fmt::format(
         "unknown flag {} (see ddprun --help; the program's own flags go after the program)",
-        typed)};
+        typed));
 }
 
 // A long name as typed (without "--"): exact in either spelling, else a unique
@@ -189,15 +189,16 @@ Scanned scan(const std::vector<std::string>& args) {
             std::string canonical = "--" + std::string((*spec)->name);
             if (is_flag(**spec)) {
                 if (equals != std::string::npos)
-                    fail({fmt::format("{}: takes no value (write just {})", arg, typed)});
+                    fail(
+                        usage_error(fmt::format("{}: takes no value (write just {})", arg, typed)));
                 out.options.push_back(canonical);
             } else if (equals != std::string::npos || i + 1 < args.size()) {
                 out.options.push_back(canonical);
                 out.options.push_back(equals != std::string::npos ? arg.substr(equals + 1)
                                                                   : args[++i]);
             } else {
-                fail({fmt::format("{}: missing value (e.g. {}={})", typed, typed,
-                                  example_for(**spec))});
+                fail(usage_error(fmt::format("{}: missing value (e.g. {}={})", typed, typed,
+                                             example_for(**spec))));
             }
             continue;
         }
@@ -223,8 +224,8 @@ Scanned scan(const std::vector<std::string>& args) {
                     out.options.push_back(args[++i]);
                 } else {
                     out.options.pop_back();
-                    fail({fmt::format("{}: missing value (e.g. {} {})", typed, typed,
-                                      example_for(*spec))});
+                    fail(usage_error(fmt::format("{}: missing value (e.g. {} {})", typed, typed,
+                                                 example_for(*spec))));
                 }
                 break;
             }

@@ -1,93 +1,278 @@
-// Spawning workers with Boost.Process (see worker_group.hpp). Everything the
-// child must do between fork and exec is in one async-signal-safe hook.
+// One round's workers on this node (see worker_group.hpp).
 #include "ddprun/worker_group.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/process/args.hpp>
-#include <boost/process/child.hpp>
-#include <boost/process/env.hpp>
-#include <boost/process/environment.hpp>
-#include <boost/process/exe.hpp>
-#include <boost/process/extend.hpp>
-#include <cerrno>
-#include <cstring>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <filesystem>
 
-#include "ddprun/binding.hpp"
-#include "ddprun/exit_codes.hpp"
+#include "ddprun/fd.hpp"
+#include "ddprun/log_mux.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/process_tree.hpp"
+#include "ddprun/spawn.hpp"
 
-namespace bp = boost::process;
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
 
 namespace ddprun {
 namespace {
 
-// Runs in the child after fork, before exec: only async-signal-safe calls.
-struct ChildSetup {
-    pid_t agent;
-    WorkerStdio stdio;
-    const BindingPlan* binding;
-
-    void operator()(auto& /*executor*/) const {
-        // Own process group: the agent signals the worker and whatever it started in one call,
-        // and a terminal's Ctrl-C reaches only ddprun, which then decides.
-        ::setpgid(0, 0);
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        // The agent may have died between fork and prctl: then no death signal will come.
-        if (::getppid() != agent) ::_exit(exit_code::kSignalBase + SIGKILL);
-        if (::dup2(stdio.in, 0) < 0 || ::dup2(stdio.out, 1) < 0 || ::dup2(stdio.err, 2) < 0)
-            ::_exit(exit_code::kInternal);
-        // After the dup2s, so that the message reaches the worker's stderr pipe.
-        if (apply_binding(*binding) != 0) {
-            static const char k_msg[] =
-                "ddprun: cannot pin the worker to its CPUs (sched_setaffinity failed)\n";
-            (void)!::write(2, k_msg, sizeof k_msg - 1);
-            ::_exit(exit_code::kInternal);
-        }
-        // Like subprocess's close_fds: nothing of the agent's (or of whoever started the
-        // agent) leaks into workers. CLOEXEC rather than close keeps Boost.Process's exec-error
-        // pipe working until exec.
-        ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-        // The agent blocks signals (it reads them from a signalfd) and ignores SIGPIPE; both
-        // survive exec, so restore the defaults a program expects.
-        ::signal(SIGPIPE, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    }
+struct Worker {
+    WorkerSpec spec;
+    pid_t pid = -1;
+    bool running = false;
+    WorkerOutcome outcome;
+    std::string dir;         // its error file, and its logs under --log_dir
+    std::string error_file;  // TORCHELASTIC_ERROR_FILE
 };
+
+std::expected<std::pair<UniqueFd, UniqueFd>, Error> make_pipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return std::unexpected(system_error("pipe2"));
+    return std::pair{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+// Where round `round`'s files live: <root>/<run id>/attempt_<round>/<local rank>/ holds
+// stdout.log, stderr.log (under --log_dir) and error.json (under --log_dir or scratch).
+std::string attempt_dir(const std::string& root, const std::string& run_id, int round) {
+    return fmt::format("{}/{}/attempt_{}", root, run_id, round);
+}
 
 }  // namespace
 
-std::expected<pid_t, Error> spawn_worker(const WorkerSpec& spec, const std::string& executable,
-                                         const Environment& base_env, WorkerStdio stdio) {
-    bp::environment env;
-    for (const auto& [name, value] : base_env) env[name] = value;
-    for (const auto& [name, value] : spec.env) env[name] = value;
+struct WorkerGroup::Impl {
+    asio::io_context& io;
+    const LaunchContext& ctx;
+    std::function<void()> on_given_up;
+    Options options;
+    asio::steady_timer timer{io};  // the stop's grace, then the kill's bound
+    UniqueFd dev_null;
+    std::vector<Worker> workers;
+    std::unique_ptr<LogMux> mux;
+    int running = 0;
+    bool killing = false;
 
-    std::vector<std::string> args(spec.argv.begin() + 1, spec.argv.end());
-    std::error_code ec;
-    bp::child child(bp::exe = executable, bp::args = args, env,
-                    bp::extend::on_exec_setup = ChildSetup{::getpid(), stdio, &spec.binding}, ec);
-    if (ec) {
-        int code = ec.value() == ENOENT ? exit_code::kNotFound
-                   : (ec.value() == EACCES || ec.value() == ENOEXEC || ec.value() == EISDIR)
-                       ? exit_code::kNotExecutable
-                       : exit_code::kInternal;
-        std::string hint = ec.value() == ENOEXEC ? " (a script needs a #! line)" : "";
-        return std::unexpected(
-            Error{spec.argv.front() + ": cannot execute: " + ec.message() + hint, code});
+    Impl(asio::io_context& io_, const LaunchContext& ctx_, std::function<void()> given_up,
+         Options options_)
+        : io(io_), ctx(ctx_), on_given_up(std::move(given_up)), options(options_) {}
+
+    Status prepare_dirs();
+    Status spawn_all();
+    void complete(Worker& w);
+};
+
+WorkerGroup::WorkerGroup(asio::io_context& io, const LaunchContext& context,
+                         std::function<void()> on_given_up, Options options)
+    : m_impl(std::make_unique<Impl>(io, context, std::move(on_given_up), options)) {}
+
+WorkerGroup::WorkerGroup(asio::io_context& io, const LaunchContext& context,
+                         std::function<void()> on_given_up)
+    : WorkerGroup(io, context, std::move(on_given_up), Options{}) {}
+
+WorkerGroup::~WorkerGroup() = default;
+
+Status WorkerGroup::start(int round, const RoundInfo& info) {
+    auto& impl = *m_impl;
+    const auto& ctx = impl.ctx;
+    if (!impl.dev_null) {
+        impl.dev_null.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        if (!impl.dev_null) return std::unexpected(system_error("open /dev/null"));
     }
-    pid_t pid = child.id();
-    // The agent owns the pid from here: it reaps in its one waitpid loop.
-    child.detach();
-    return pid;
+    impl.timer.cancel();
+    impl.killing = false;
+    impl.running = 0;
+    impl.workers.clear();
+    const std::string root = ctx.log_dir.empty() ? ctx.scratch_dir : ctx.log_dir;
+    const std::string error_dir = attempt_dir(root, ctx.config.rdzv_id, round);
+    for (auto& spec :
+         plan_node(ctx.config, ctx.resources, info, ctx.env, error_dir, ctx.bindings)) {
+        Worker w;
+        w.spec = std::move(spec);
+        w.outcome.rank = w.spec.rank;
+        w.outcome.local_rank = w.spec.local_rank;
+        w.outcome.node_rank = w.spec.node_rank;
+        w.outcome.host = ctx.host;
+        w.dir = fmt::format("{}/{}", error_dir, w.spec.local_rank);
+        for (const auto& [name, value] : w.spec.env)
+            if (name == "TORCHELASTIC_ERROR_FILE") w.error_file = value;
+        impl.workers.push_back(std::move(w));
+    }
+    if (auto prepared = impl.prepare_dirs(); !prepared) return prepared;
+
+    LogMux::Options mux_options;
+    mux_options.prefix_template = ctx.config.log_prefix;
+    mux_options.stdout_fd = impl.options.stdout_fd;
+    mux_options.stderr_fd = impl.options.stderr_fd;
+    impl.mux = std::make_unique<LogMux>(impl.io, mux_options);
+    return impl.spawn_all();
 }
 
-void signal_worker_group(pid_t worker, int signal) {
-    if (::kill(-worker, signal) != 0 && errno == ESRCH) ::kill(worker, signal);
+Status WorkerGroup::Impl::prepare_dirs() {
+    for (auto& w : workers) {
+        std::error_code ec;
+        fs::create_directories(w.dir, ec);
+        if (ec) {
+            const std::string& flag = ctx.log_dir.empty() ? "TMPDIR" : "--log_dir";
+            return std::unexpected(
+                usage_error(fmt::format("{}: {}; check {} ({})", w.dir, ec.message(), flag,
+                                        ctx.log_dir.empty() ? ctx.scratch_dir : ctx.log_dir)));
+        }
+        // torch's @record refuses to overwrite an old file; a stale one would be misreported.
+        if (!w.error_file.empty()) fs::remove(w.error_file, ec);
+    }
+    return {};
+}
+
+Status WorkerGroup::Impl::spawn_all() {
+    const auto& config = ctx.config;
+    for (auto& w : workers) {
+        auto out = make_pipe();
+        if (!out) return std::unexpected(out.error());
+        auto err = make_pipe();
+        if (!err) return std::unexpected(err.error());
+        auto pid = spawn_worker(w.spec, ctx.executable, ctx.env,
+                                WorkerStdio{dev_null.get(), out->second.get(), err->second.get()});
+        if (!pid) return std::unexpected(pid.error());
+        w.pid = *pid;
+        w.outcome.pid = *pid;
+        w.running = true;
+        ++running;
+
+        const int lr = w.spec.local_rank;
+        const bool shown = !config.local_ranks_filter || config.local_ranks_filter->contains(lr);
+        StreamSink out_sink, err_sink;
+        out_sink.console = shown && !(config.redirects.for_rank(lr) & kStdout);
+        err_sink.console = shown && !(config.redirects.for_rank(lr) & kStderr);
+        if (!ctx.log_dir.empty()) {
+            out_sink.file_path = w.dir + "/stdout.log";
+            err_sink.file_path = w.dir + "/stderr.log";
+        }
+        StreamSource source{w.spec.rank, lr, w.spec.node_rank, config.role};
+        if (auto msg = mux->add_worker(lr, source, out->first.release(), err->first.release(),
+                                       out_sink, err_sink);
+            !msg.empty())
+            return std::unexpected(Error{msg, exit_code::kUsage});
+    }
+    return {};
+}
+
+void WorkerGroup::Impl::complete(Worker& w) {
+    if (auto info = read_error_file(w.error_file)) w.outcome.error_message = info->message;
+    mux->read_available(w.spec.local_rank);  // what it wrote before dying
+    w.outcome.stderr_tail = mux->stderr_tail(w.spec.local_rank);
+}
+
+std::optional<WorkerOutcome> WorkerGroup::on_exit(pid_t pid, int status) {
+    auto& impl = *m_impl;
+    auto it = std::find_if(impl.workers.begin(), impl.workers.end(),
+                           [pid](const Worker& w) { return w.running && w.pid == pid; });
+    if (it == impl.workers.end()) return std::nullopt;
+    Worker& w = *it;
+    w.running = false;
+    if (--impl.running == 0) impl.timer.cancel();
+    w.outcome.time = std::chrono::system_clock::now();
+    if (WIFSIGNALED(status))
+        w.outcome.signal = WTERMSIG(status);
+    else
+        w.outcome.exit_code = WEXITSTATUS(status);
+    if (w.outcome.failed()) {
+        spdlog::debug("rank {} (pid {}) ended: exit code {}", w.spec.rank, pid,
+                      exit_code_of(w.outcome));
+        impl.complete(w);
+    }
+    return w.outcome;
+}
+
+void WorkerGroup::stop(int signal, std::chrono::milliseconds grace) {
+    auto& impl = *m_impl;
+    if (impl.killing) return;
+    if (grace.count() <= 0) return kill();
+    for (auto& w : impl.workers) {
+        if (!w.running) continue;
+        w.outcome.stopped_by_ddprun = true;
+        signal_worker_group(w.pid, signal);
+    }
+    if (impl.running == 0) return;
+    impl.timer.expires_after(grace);
+    impl.timer.async_wait([this, grace, signal](boost::system::error_code ec) {
+        if (ec) return;
+        for (auto& w : m_impl->workers)
+            if (w.running)
+                spdlog::warn("rank {} (pid {}) still running {:.3g} s after {}; killing it",
+                             w.spec.rank, w.pid, static_cast<double>(grace.count()) / 1000.0,
+                             signal_name(signal));
+        kill();
+    });
+}
+
+void WorkerGroup::kill() {
+    auto& impl = *m_impl;
+    if (impl.killing) return;
+    impl.killing = true;
+    for (auto& w : impl.workers) {
+        if (!w.running) continue;
+        w.outcome.stopped_by_ddprun = true;
+        signal_worker_group(w.pid, SIGKILL);
+    }
+    impl.timer.cancel();
+    if (impl.running == 0) return;
+    impl.timer.expires_after(impl.options.kill_bound);
+    impl.timer.async_wait([&impl](boost::system::error_code ec) {
+        if (ec) return;
+        for (auto& w : impl.workers) {
+            if (!w.running) continue;
+            spdlog::error(
+                "rank {} (pid {}) did not die after SIGKILL (stuck in the kernel?); giving up "
+                "on it",
+                w.spec.rank, w.pid);
+            w.running = false;
+            w.outcome.signal = SIGKILL;
+            w.outcome.time = std::chrono::system_clock::now();
+            --impl.running;
+        }
+        if (impl.on_given_up) impl.on_given_up();
+    });
+}
+
+void WorkerGroup::forward(int signal) {
+    spdlog::debug("forwarding {} to workers", signal_name(signal));
+    for (auto& w : m_impl->workers)
+        if (w.running) signal_worker_group(w.pid, signal);
+}
+
+int WorkerGroup::running() const {
+    return m_impl->running;
+}
+
+std::vector<std::string> WorkerGroup::finish() {
+    auto& impl = *m_impl;
+    std::vector<std::string> problems;
+    impl.timer.cancel();
+    // Whatever the workers left behind (grandchildren, daemons) dies with the round; the
+    // group's own workers may still be reaped here if the loop stopped before their exit.
+    if (int left = sweep_children(impl.options.sweep_bound,
+                                  [this](pid_t pid, int status) { on_exit(pid, status); });
+        left > 0)
+        problems.push_back(
+            fmt::format("{} process(es) left by the workers did not die after SIGKILL", left));
+    if (!impl.mux) return problems;
+    impl.mux->drain_and_close_all();
+    for (auto& w : impl.workers)
+        if (w.outcome.failed()) w.outcome.stderr_tail = impl.mux->stderr_tail(w.spec.local_rank);
+    if (!impl.mux->file_error().empty()) problems.push_back(impl.mux->file_error());
+    if (!impl.mux->console_error().empty()) problems.push_back(impl.mux->console_error());
+    return problems;
+}
+
+std::vector<WorkerOutcome> WorkerGroup::outcomes() const {
+    std::vector<WorkerOutcome> all;
+    for (const auto& w : m_impl->workers) all.push_back(w.outcome);
+    return all;
 }
 
 }  // namespace ddprun

@@ -1,41 +1,38 @@
-// Agent: runs this node's workers for as many rounds as --max_restarts
-// allows. One event loop (Boost.Asio): child exits and signals arrive through
-// a signalfd, worker output through LogMux, grace periods are timers. Nothing
-// polls on a sleep.
+// Agent: this node's state machine for the job: open the cluster, then round
+// after round join, run the workers, stop them when the round ends, and
+// restart or report. Signals, child exits and the cluster's news are events
+// of one Boost.Asio loop; the WorkerGroup does what happens to processes and
+// the Cluster what happens between nodes, so the agent only decides.
 #pragma once
 
+#include <functional>
 #include <memory>
-#include <string>
-#include <vector>
 
-#include "ddprun/binding.hpp"
-#include "ddprun/cli.hpp"
-#include "ddprun/config.hpp"
+#include "ddprun/cluster.hpp"
+#include "ddprun/launch.hpp"
+#include "ddprun/worker_group.hpp"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace ddprun {
 
-// What the agent needs besides the config: facts resolved once in main.
-struct AgentContext {
-    LaunchConfig config;
-    Environment env;                    // the agent's environment, inherited by workers
-    NodeResources resources;            // devices and CPUs of this node
-    int nproc = 1;                      // workers on this node (--nproc_per_node resolved)
-    std::vector<BindingPlan> bindings;  // by local rank; empty: no --cpu/--numa-binding
-    std::string executable;             // resolved argv[0] of the worker command
-    std::string scratch_dir;            // private dir for error files when there is no --log_dir
-    std::string log_dir;                // "" or the --log_dir (possibly a temp dir for -r/-t)
-    std::string host;                   // this node's name, for reports
-};
-
 class Agent {
   public:
-    explicit Agent(AgentContext context);
+    using ClusterFactory =
+        std::function<std::unique_ptr<Cluster>(boost::asio::io_context&, const LaunchContext&)>;
+
+    // `make_cluster` is called once, from run(); tests pass a fake.
+    explicit Agent(LaunchContext context, ClusterFactory make_cluster = ddprun::make_cluster,
+                   WorkerGroup::Options worker_options = {});
     ~Agent();
     Agent(const Agent&) = delete;
     Agent& operator=(const Agent&) = delete;
 
     // Runs the job to its end; returns ddprun's exit code. Never throws for a
-    // worker's failure; prints the summary box when the job fails.
+    // worker's failure; prints the summary box when the job fails. Blocks the
+    // stop signals, SIGCHLD and parent_death_signal() in the calling thread.
     int run();
 
   private:

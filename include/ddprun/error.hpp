@@ -14,7 +14,7 @@ namespace ddprun {
 
 struct Error {
     std::string message;
-    int exit_code = exit_code::kInternal;
+    int exit_code;
 };
 
 // The result of an operation that yields nothing but may fail.

@@ -1,38 +1,86 @@
-// WorkerGroup: starting and signalling worker processes. Each worker leads its
-// own process group and is SIGKILLed by the kernel if the agent dies
-// (PR_SET_PDEATHSIG); the agent reaps (one waitpid loop, in the Agent) and
-// decides. Boost.Process lives in this file only.
+// WorkerGroup: one round's workers on this node, from their start to the last
+// exit. It starts them (spawn.hpp) with their log directories and error files
+// ready, carries their output through a LogMux, stops them within a bounded
+// grace, and keeps each one's outcome for the report. It never reaps: the
+// agent owns the one waitpid loop and passes every exit to on_exit(), and it
+// never decides what an exit means for the job: the agent does.
 #pragma once
 
 #include <sys/types.h>
 
-#include <expected>
-#include <string>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <vector>
 
-#include "ddprun/config.hpp"
-#include "ddprun/environment.hpp"
 #include "ddprun/error.hpp"
+#include "ddprun/launch.hpp"
 #include "ddprun/rank_plan.hpp"
+#include "ddprun/report.hpp"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace ddprun {
 
-// The fds a worker's standard streams are connected to (the caller keeps
-// ownership and closes its copies after spawning).
-struct WorkerStdio {
-    int in = -1;
-    int out = -1;
-    int err = -1;
+class WorkerGroup {
+  public:
+    struct Options {
+        // A worker that outlives SIGKILL (stuck in the kernel, e.g. in a GPU driver
+        // call) is given up on after this long, so ddprun itself never hangs.
+        std::chrono::milliseconds kill_bound{10000};
+        // Orphans of a finished round get this long to die after SIGKILL.
+        std::chrono::milliseconds sweep_bound{5000};
+        int stdout_fd = 1;  // the console (tests pass pipes)
+        int stderr_fd = 2;
+    };
+
+    // `context` must outlive the group. `on_given_up` runs (on the loop) when
+    // workers that did not die after SIGKILL were given up on: running() may
+    // have dropped to 0 without an on_exit().
+    WorkerGroup(boost::asio::io_context& io, const LaunchContext& context,
+                std::function<void()> on_given_up, Options options);
+    WorkerGroup(boost::asio::io_context& io, const LaunchContext& context,
+                std::function<void()> on_given_up);
+    ~WorkerGroup();
+    WorkerGroup(const WorkerGroup&) = delete;
+    WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+    // Starts this node's workers of round `round` as `info` places them
+    // (plan_node), after making their log directories and removing stale error
+    // files. Must run on the agent's main thread (see spawn.hpp). On failure
+    // the workers already started keep running: the caller kills them.
+    Status start(int round, const RoundInfo& info);
+
+    // A child of the agent exited with wait status `status`. The worker's
+    // outcome, complete with its error-file message and last stderr lines, when
+    // `pid` was one of this group's running workers; nullopt for anything else
+    // (an orphan reparented to the agent).
+    std::optional<WorkerOutcome> on_exit(pid_t pid, int status);
+
+    // Sends `signal` to every running worker now and SIGKILL to those still
+    // running after `grace` (zero or less: at once).
+    void stop(int signal, std::chrono::milliseconds grace);
+    // SIGKILL to every running worker now.
+    void kill();
+    // Passes `signal` on to every running worker's process group.
+    void forward(int signal);
+
+    int running() const;
+
+    // After the round: kills and reaps whatever the workers left behind
+    // (grandchildren reparented to the agent), then carries every byte still in
+    // the pipes and closes the log files. Returns the problems worth a line each.
+    std::vector<std::string> finish();
+
+    // Every worker of the round as it ended, with error-file message and stderr tail.
+    std::vector<WorkerOutcome> outcomes() const;
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
 };
-
-// Starts `spec` executing `executable` (the resolved argv[0]) with `base_env`
-// plus spec.env. Must be called from the agent's main thread: the kernel
-// delivers PR_SET_PDEATHSIG when the *thread* that forked exits.
-std::expected<pid_t, Error> spawn_worker(const WorkerSpec& spec, const std::string& executable,
-                                         const Environment& base_env, WorkerStdio stdio);
-
-// Sends `signal` to the process group the worker leads. Only call while the
-// worker is not yet reaped (its pid, and so its group id, cannot be reused).
-void signal_worker_group(pid_t worker, int signal);
 
 }  // namespace ddprun

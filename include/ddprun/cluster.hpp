@@ -1,0 +1,86 @@
+// Cluster: what the agent knows of the other nodes. The agent is a state
+// machine over one round at a time; everything job-wide (who takes part,
+// where rank 0 is, how the round ended) comes from here, through handlers
+// that run on the agent's loop. A single-node job has a trivial cluster (the
+// round's end is decided locally); a multi-node job meets the others through
+// a store (store_cluster.hpp). Nothing here blocks the loop for longer than
+// one bounded store call, and end_round() between rounds.
+#pragma once
+
+#include <expected>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ddprun/error.hpp"
+#include "ddprun/launch.hpp"
+#include "ddprun/rank_plan.hpp"
+#include "ddprun/records.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ddprun {
+
+// What the cluster tells the agent during a round. Each runs on the loop.
+struct RoundHandlers {
+    // How the round ended job-wide (the first failure anywhere, an abort, a
+    // lost store, or every node done). Called once per round.
+    std::function<void(StopEvent)> on_stop;
+    // A node that was told twice to stop asks every node to kill its workers.
+    std::function<void()> on_kill;
+    // --broadcast-signals: a signal that reached another node's agent.
+    std::function<void(int)> on_signal;
+};
+
+class Cluster {
+  public:
+    using Opened = std::function<void(Status)>;
+    using Joined = std::function<void(std::expected<RoundInfo, Error>)>;
+
+    virtual ~Cluster() = default;
+
+    // Connects to (or hosts) whatever the nodes meet through; `done` runs on
+    // the loop. The agent may stop waiting and destroy the cluster meanwhile
+    // (a signal): the destructor then abandons the attempt instead of waiting.
+    virtual void open(Opened done) = 0;
+
+    // Joins `round`: `done` gets this node's place in it. `master_port` is the
+    // port this node reserved, used where it becomes the node of rank 0.
+    // `handlers` serve the round from the moment `done` has run.
+    virtual void join(int round, int master_port, RoundHandlers handlers, Joined done) = 0;
+
+    // Fire and forget; what they lead to comes back through on_stop. The
+    // first stop of a round wins.
+    virtual void publish_failure(FailureRecord record) = 0;
+    virtual void publish_finished() = 0;  // every worker of this node succeeded
+    virtual void publish_kill() = 0;      // this node was told twice to stop
+    virtual void broadcast_signal(int signal) = 0;
+
+    // Gives the round up on every node (a signal during the join, workers that
+    // cannot start): joiners fail with `message`, on_stop gets an Abort.
+    virtual void abort(const std::string& message, int exit_code) = 0;
+
+    // Between rounds, after the workers are gone: this node is done with the
+    // round. The store's host waits (bounded) for the others, so the store
+    // never vanishes under a slower node. `killed`: this agent was killed and
+    // leaves at once. Blocking.
+    virtual void end_round(bool killed) = 0;
+};
+
+// The cluster for `context`: single-node for --nnodes=1, else the store's.
+std::unique_ptr<Cluster> make_cluster(boost::asio::io_context& io, const LaunchContext& context);
+
+// A single-node job's cluster: join places this node alone; the round stops
+// at its first published failure or abort, or when it finished.
+std::unique_ptr<Cluster> make_local_cluster(boost::asio::io_context& io,
+                                            const LaunchContext& context);
+
+// A multi-node job's cluster over the c10d TCPStore (coordinator.hpp): node 0,
+// or --rdzv_conf is_host, hosts the store at --rdzv_endpoint (default
+// MASTER_ADDR:29400); heartbeats find lost nodes and a frozen store.
+std::unique_ptr<Cluster> make_store_cluster(boost::asio::io_context& io,
+                                            const LaunchContext& context);
+
+}  // namespace ddprun

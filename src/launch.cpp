@@ -1,0 +1,148 @@
+// Preparing and running one node's part of the job (see launch.hpp).
+#include "ddprun/launch.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "ddprun/agent.hpp"
+#include "ddprun/devices.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/program.hpp"
+#include "ddprun/rank_plan.hpp"
+#include "ddprun/scheduler_env.hpp"
+#include "ddprun/supervisor.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ddprun {
+namespace {
+
+std::string host_name() {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+    return name;
+}
+
+// A private directory under $TMPDIR (or /tmp): "" if none can be made.
+std::string make_temp_dir(const Environment& env, const char* stem) {
+    auto it = env.find("TMPDIR");
+    std::string tmpl = (it != env.end() && !it->second.empty() ? it->second : "/tmp");
+    tmpl += std::string("/") + stem + "XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!::mkdtemp(buf.data())) return {};
+    return buf.data();
+}
+
+// --dry-run: every node's workers, assuming the others look like this one.
+std::string dry_run_plan(const LaunchContext& ctx) {
+    const LaunchConfig& config = ctx.config;
+    std::vector<WorkerSpec> all;
+    RoundInfo round;
+    round.nproc_per_node.assign(static_cast<std::size_t>(config.nnodes), ctx.nproc);
+    round.master_addr = config.master_addr;
+    round.master_port = config.master_port.value_or(0);
+    for (int node = 0; node < config.nnodes; ++node) {
+        round.node_rank = node;
+        auto specs = plan_node(config, ctx.resources, round, ctx.env, "", ctx.bindings);
+        all.insert(all.end(), specs.begin(), specs.end());
+    }
+    std::string master =
+        config.master_addr + ":" +
+        (round.master_port ? std::to_string(round.master_port) : std::string("<free port>"));
+    return fmt::format("ddprun: {}\n{}", describe_value_sources(config),
+                       format_plan(config, all, master));
+}
+
+Status prepare_log_dir(LaunchContext& ctx) {
+    const LaunchConfig& config = ctx.config;
+    ctx.log_dir = config.log_dir;
+    bool wants_files = config.redirects.all || !config.redirects.per_rank.empty() ||
+                       config.tee.all || !config.tee.per_rank.empty();
+    if (ctx.log_dir.empty() && wants_files) {
+        // As torchrun: redirected output must land somewhere; keep it in a temp dir.
+        ctx.log_dir = make_temp_dir(ctx.env, "ddprun_logs_");
+        if (ctx.log_dir.empty())
+            return std::unexpected(usage_error(
+                "--redirects/--tee without --log_dir: cannot create a temporary directory for "
+                "the logs (set TMPDIR to a writable one, or pass --log_dir)"));
+        spdlog::info("--redirects/--tee without --log_dir: worker logs go to {}", ctx.log_dir);
+    }
+    if (ctx.log_dir.empty()) return {};
+    std::error_code ec;
+    fs::create_directories(ctx.log_dir, ec);
+    if (ec || ::access(ctx.log_dir.c_str(), W_OK) != 0)
+        return std::unexpected(usage_error("--log_dir=" + ctx.log_dir + ": " +
+                                           (ec ? ec.message() : std::string("not writable")) +
+                                           "; choose a writable directory"));
+    return {};
+}
+
+}  // namespace
+
+std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
+                                                    const Environment& env) {
+    // Where the job's shape came from (flag, DDPRUN_/PET_, scheduler, default).
+    if (!config.dry_run) {
+        if (!config.scheduler.empty() || config.nnodes > 1)
+            spdlog::info("{}", describe_value_sources(config));
+        else
+            spdlog::debug("{}", describe_value_sources(config));
+    }
+    PreparedLaunch prepared;
+    LaunchContext& ctx = prepared.context;
+    ctx.config = config;
+    ctx.env = env;
+    DeviceSources sources;
+    // Binding needs each device's PCI bus id, which may cost an NVML start-up.
+    sources.locate_inherited = config.numa_binding != NumaBinding::None;
+    ctx.resources = node_resources(env, sources);
+    ctx.host = config.local_addr.empty() ? host_name() : config.local_addr;
+    if (ctx.resources.devices.empty())
+        spdlog::debug("no GPU found and no CUDA_VISIBLE_DEVICES: leaving it unset for workers");
+    auto nproc = resolve_nproc(config.nproc_per_node, ctx.resources);
+    if (!nproc) return std::unexpected(nproc.error());
+    ctx.nproc = *nproc;
+    auto bindings = plan_node_binding(config, ctx.resources, ctx.nproc);
+    if (!bindings) return std::unexpected(usage_error(bindings.error()));
+    ctx.bindings = std::move(*bindings);
+
+    if (config.dry_run) {
+        prepared.dry_run_plan = dry_run_plan(ctx);
+        return prepared;
+    }
+
+    auto executable = resolve_command(worker_command(config, env), config, env);
+    if (!executable) return std::unexpected(executable.error());
+    ctx.executable = *executable;
+    if (auto logs = prepare_log_dir(ctx); !logs) return std::unexpected(logs.error());
+    ctx.scratch_dir = make_temp_dir(env, "ddprun-");
+    if (ctx.scratch_dir.empty())
+        return std::unexpected(
+            Error{"cannot create a temporary directory (set TMPDIR to a writable one)",
+                  exit_code::kInternal});
+    return prepared;
+}
+
+int run_launch(LaunchContext context) {
+    const LaunchConfig& config = context.config;
+    std::vector<int> forwarded = config.stop_signals;
+    forwarded.insert(forwarded.end(), config.forward_signals.begin(), config.forward_signals.end());
+    const std::string scratch = context.scratch_dir;
+    auto remove_scratch = [&scratch] {
+        std::error_code ec;
+        fs::remove_all(scratch, ec);
+    };
+    // Both processes remove the scratch dir: the agent outlives a SIGKILLed supervisor, the
+    // supervisor outlives a SIGKILLed agent.
+    return supervise(
+        [&] {
+            int code = Agent(std::move(context)).run();
+            remove_scratch();
+            return code;
+        },
+        forwarded, remove_scratch);
+}
+
+}  // namespace ddprun

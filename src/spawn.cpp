@@ -1,0 +1,93 @@
+// Spawning workers with Boost.Process (see spawn.hpp). Everything the
+// child must do between fork and exec is in one async-signal-safe hook.
+#include "ddprun/spawn.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <boost/process/args.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/env.hpp>
+#include <boost/process/environment.hpp>
+#include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "ddprun/binding.hpp"
+#include "ddprun/exit_codes.hpp"
+
+namespace bp = boost::process;
+
+namespace ddprun {
+namespace {
+
+// Runs in the child after fork, before exec: only async-signal-safe calls.
+struct ChildSetup {
+    pid_t agent;
+    WorkerStdio stdio;
+    const BindingPlan* binding;
+
+    void operator()(auto& /*executor*/) const {
+        // Own process group: the agent signals the worker and whatever it started in one call,
+        // and a terminal's Ctrl-C reaches only ddprun, which then decides.
+        ::setpgid(0, 0);
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        // The agent may have died between fork and prctl: then no death signal will come.
+        if (::getppid() != agent) ::_exit(exit_code::kSignalBase + SIGKILL);
+        if (::dup2(stdio.in, 0) < 0 || ::dup2(stdio.out, 1) < 0 || ::dup2(stdio.err, 2) < 0)
+            ::_exit(exit_code::kInternal);
+        // After the dup2s, so that the message reaches the worker's stderr pipe.
+        if (apply_binding(*binding) != 0) {
+            static const char k_msg[] =
+                "ddprun: cannot pin the worker to its CPUs (sched_setaffinity failed)\n";
+            (void)!::write(2, k_msg, sizeof k_msg - 1);
+            ::_exit(exit_code::kInternal);
+        }
+        // Like subprocess's close_fds: nothing of the agent's (or of whoever started the
+        // agent) leaks into workers. CLOEXEC rather than close keeps Boost.Process's exec-error
+        // pipe working until exec.
+        ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+        // The agent blocks signals (it reads them from a signalfd) and ignores SIGPIPE; both
+        // survive exec, so restore the defaults a program expects.
+        ::signal(SIGPIPE, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    }
+};
+
+}  // namespace
+
+std::expected<pid_t, Error> spawn_worker(const WorkerSpec& spec, const std::string& executable,
+                                         const Environment& base_env, WorkerStdio stdio) {
+    bp::environment env;
+    for (const auto& [name, value] : base_env) env[name] = value;
+    for (const auto& [name, value] : spec.env) env[name] = value;
+
+    std::vector<std::string> args(spec.argv.begin() + 1, spec.argv.end());
+    std::error_code ec;
+    bp::child child(bp::exe = executable, bp::args = args, env,
+                    bp::extend::on_exec_setup = ChildSetup{::getpid(), stdio, &spec.binding}, ec);
+    if (ec) {
+        int code = ec.value() == ENOENT ? exit_code::kNotFound
+                   : (ec.value() == EACCES || ec.value() == ENOEXEC || ec.value() == EISDIR)
+                       ? exit_code::kNotExecutable
+                       : exit_code::kInternal;
+        std::string hint = ec.value() == ENOEXEC ? " (a script needs a #! line)" : "";
+        return std::unexpected(
+            Error{spec.argv.front() + ": cannot execute: " + ec.message() + hint, code});
+    }
+    pid_t pid = child.id();
+    // The agent owns the pid from here: it reaps in its one waitpid loop.
+    child.detach();
+    return pid;
+}
+
+void signal_worker_group(pid_t worker, int signal) {
+    if (::kill(-worker, signal) != 0 && errno == ESRCH) ::kill(worker, signal);
+}
+
+}  // namespace ddprun

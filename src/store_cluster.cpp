@@ -1,0 +1,335 @@
+// A multi-node job's cluster over the c10d TCPStore (see cluster.hpp): opens
+// the Coordinator off the loop, bounds the join, watches the round's stop,
+// the heartbeats and a store that stopped answering, and ends each round so
+// that the store's host never leaves before the others have read the end.
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <mutex>
+#include <thread>
+
+#include "ddprun/cluster.hpp"
+#include "ddprun/coordinator.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/ports.hpp"
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace ddprun {
+namespace {
+
+// How long the store's host waits for the others to read a failed join's reason, and
+// beyond the others' own shutdown, for them to confirm the end of a round.
+constexpr std::chrono::milliseconds k_linger_bound{5000};
+constexpr std::chrono::milliseconds k_join_linger_bound{2000};
+// The agent gives a worker this long after SIGKILL (WorkerGroup's kill bound).
+constexpr std::chrono::milliseconds k_kill_bound{10000};
+// c10d 1.13 leaves some store calls without a bound (a listener that never
+// answers): this long past join_timeout the join gives up on the store.
+constexpr std::chrono::milliseconds k_join_guard_slack{5000};
+
+// TODO(merge): records.hpp's store_lost().
+StopEvent store_lost_event(std::string message) {
+    StopEvent event;
+    event.kind = StopEvent::Kind::StoreLost;
+    event.message = std::move(message);
+    event.exit_code = exit_code::kRendezvous;
+    return event;
+}
+
+// What an opener thread hands back. The agent may give up on it (a signal) and
+// destroy the cluster while the thread is still blocked in a store call: the
+// thread then leaves its result unread, and the process exits soon after.
+struct OpenAttempt {
+    std::mutex mutex;
+    bool abandoned = false;
+};
+
+class StoreCluster final : public Cluster {
+  public:
+    StoreCluster(asio::io_context& io, const LaunchContext& context)
+        : m_io(io), m_ctx(context), m_stall_timer(io), m_barrier_timer(io), m_join_guard(io) {}
+
+    ~StoreCluster() override {
+        if (m_open_attempt) {
+            std::lock_guard lock(m_open_attempt->mutex);
+            m_open_attempt->abandoned = true;
+        }
+        if (m_opener.joinable()) m_opener.detach();
+        // A join still in flight may block in the store for as long as its timeout.
+        if (m_coordinator && m_joining) m_coordinator->abandon();
+    }
+
+    void open(Opened done) override;
+    void join(int round, int master_port, RoundHandlers handlers, Joined done) override;
+
+    void publish_failure(FailureRecord record) override {
+        m_coordinator->publish_failure(m_round, std::move(record));
+    }
+
+    void publish_finished() override {
+        m_coordinator->publish_finished(m_round);
+        // The exit barrier: the others get barrier_timeout to finish too.
+        m_barrier_timer.expires_after(m_coordinator->options().barrier_timeout);
+        m_barrier_timer.async_wait([this](boost::system::error_code ec) {
+            if (ec) return;
+            m_coordinator->abort(
+                m_round,
+                fmt::format("the other nodes did not finish within {} s "
+                            "(--rdzv_conf exit_barrier_timeout)",
+                            m_coordinator->options().barrier_timeout.count() / 1000),
+                exit_code::kRendezvous);
+        });
+    }
+
+    void publish_kill() override { m_coordinator->publish_kill(m_round); }
+
+    void broadcast_signal(int signal) override {
+        if (m_ctx.config.broadcast_signals)
+            m_coordinator->broadcast_signal(m_round, m_node_rank, signal);
+    }
+
+    void abort(const std::string& message, int exit_code) override {
+        m_coordinator->abort(m_round, message, exit_code);
+    }
+
+    void end_round(bool killed) override;
+
+  private:
+    Coordinator::Options options() const;
+    void joined(std::expected<RoundMembership, Error> result);
+    void stop(StopEvent event);
+    void watch_store();
+
+    asio::io_context& m_io;
+    const LaunchContext& m_ctx;
+    std::unique_ptr<Coordinator> m_coordinator;
+    std::shared_ptr<OpenAttempt> m_open_attempt;
+    std::thread m_opener;
+    asio::steady_timer m_stall_timer;    // notices a store that stopped answering
+    asio::steady_timer m_barrier_timer;  // the exit barrier's bound
+    asio::steady_timer m_join_guard;
+    int m_round = 0;
+    int m_node_rank = -1;  // -1: assigned at the first join
+    bool m_joining = false;
+    bool m_join_failed = false;
+    Joined m_join_done;
+    RoundHandlers m_handlers;
+    std::optional<StopEvent> m_stop;  // how the current round ended, once known
+};
+
+Coordinator::Options StoreCluster::options() const {
+    const auto& config = m_ctx.config;
+    const RendezvousSettings& settings = config.rendezvous;
+    Coordinator::Options options;
+    Endpoint endpoint = split_endpoint(
+        config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint, 29400);
+    options.store.host = endpoint.host;
+    options.store.port = endpoint.port;
+    options.store.timeout = settings.read_timeout;
+    options.run_id = config.rdzv_id;
+    options.join_timeout = settings.join_timeout;
+    options.heartbeat_timeout = settings.heartbeat_timeout;
+    options.barrier_timeout = settings.exit_barrier_timeout;
+
+    NodeInfo& me = options.me;
+    me.node_rank = config.node_rank.value_or(-1);
+    me.host = m_ctx.host;
+    me.addr = config.local_addr.empty() ? endpoint.host : config.local_addr;
+    me.nproc = m_ctx.nproc;
+    me.pid = ::getpid();
+    me.fingerprint.nnodes = config.nnodes;
+    std::string program;
+    for (const auto& word : worker_command(config, m_ctx.env)) program += word + " ";
+    me.fingerprint.program = program;
+    me.fingerprint.max_restarts = config.max_restarts;
+    me.fingerprint.run_id = config.rdzv_id;
+    me.fingerprint.version = DDPRUN_VERSION;
+
+    // Who hosts the store: --rdzv_conf is_host, else node 0, else (ranks assigned at join)
+    // the first agent on the endpoint's machine to bind its port.
+    std::optional<bool> is_host = settings.is_host;
+    if (!is_host && config.node_rank) is_host = *config.node_rank == 0;
+    options.store.is_server = is_host.value_or(is_local_host(endpoint.host));
+    return options;
+}
+
+void StoreCluster::open(Opened done) {
+    Coordinator::Options opts = options();
+    m_node_rank = opts.me.node_rank;
+    const bool may_fall_back = opts.store.is_server && !m_ctx.config.rendezvous.is_host;
+    m_open_attempt = std::make_shared<OpenAttempt>();
+    // Connecting can take up to read_timeout (the store's host is not up yet, or the port is
+    // another program's): on a thread of its own, so that a signal still stops the agent.
+    m_opener = std::thread([this, attempt = m_open_attempt, opts, may_fall_back,
+                            done = std::move(done)]() mutable {
+        auto opened = Coordinator::open(m_io, opts);
+        if (!opened && may_fall_back) {
+            // Another agent on this machine hosts it already (with ranks assigned at join),
+            // or another agent claims node rank 0 too: as a client this agent meets it, and
+            // the rendezvous names both hosts. If nothing answers there, the hosting error
+            // stands.
+            std::string host_error = opened.error().message;
+            opts.store.is_server = false;
+            opened = Coordinator::open(m_io, opts);
+            if (!opened) opened = std::unexpected(rendezvous_error(host_error));
+        }
+        Status status;
+        if (!opened) {
+            status = std::unexpected(opened.error());
+        } else if (auto mismatch = (*opened)->check_run_id()) {
+            status = std::unexpected(*mismatch);
+            opened->reset();
+        }
+        std::lock_guard lock(attempt->mutex);
+        if (attempt->abandoned) {
+            if (opened) (void)opened->release();  // its threads may be blocked: leave them be
+            return;
+        }
+        Coordinator* coordinator = opened ? opened->release() : nullptr;
+        asio::post(m_io, [this, coordinator, status, done] {
+            if (m_opener.joinable()) m_opener.join();
+            m_coordinator.reset(coordinator);
+            if (m_coordinator)
+                spdlog::debug("rendezvous store {}:{} ({})", m_coordinator->options().store.host,
+                              m_coordinator->options().store.port,
+                              m_coordinator->options().store.is_server ? "hosted here" : "client");
+            done(status);
+        });
+    });
+}
+
+void StoreCluster::join(int round, int master_port, RoundHandlers handlers, Joined done) {
+    m_round = round;
+    m_handlers = std::move(handlers);
+    m_stop.reset();
+    m_joining = true;
+    m_join_failed = false;
+    m_join_done = std::move(done);
+    m_coordinator->join(round, m_node_rank, master_port,
+                        [this](auto result) { joined(std::move(result)); });
+    m_join_guard.expires_after(m_coordinator->options().join_timeout + k_join_guard_slack);
+    m_join_guard.async_wait([this](boost::system::error_code ec) {
+        if (ec || !m_joining) return;
+        m_coordinator->abandon();
+        joined(std::unexpected(rendezvous_error(fmt::format(
+            "the rendezvous store at --rdzv_endpoint did not answer within the join timeout "
+            "({} s); is something else listening on that port?",
+            m_coordinator->options().join_timeout.count() / 1000))));
+    });
+}
+
+void StoreCluster::joined(std::expected<RoundMembership, Error> result) {
+    if (!m_joining) return;  // the guard answered already
+    m_joining = false;
+    m_join_guard.cancel();
+    Joined done = std::move(m_join_done);
+    if (!result) {
+        m_join_failed = true;
+        done(std::unexpected(result.error()));
+        return;
+    }
+    const RoundMembership& membership = *result;
+    m_node_rank = membership.node_rank;
+    RoundInfo info;
+    info.node_rank = membership.node_rank;
+    info.nproc_per_node = membership.nproc_per_node;
+    info.master_addr = membership.master_addr;
+    info.master_port = membership.master_port;
+    info.restart_count = m_round;
+
+    m_coordinator->on_kill([this] {
+        if (m_handlers.on_kill) m_handlers.on_kill();
+    });
+    if (m_ctx.config.broadcast_signals)
+        m_coordinator->on_broadcast_signal([this](int signal) {
+            if (m_handlers.on_signal) m_handlers.on_signal(signal);
+        });
+    m_coordinator->start_heartbeats(
+        m_node_rank, [this](std::string message) { stop(store_lost_event(message)); });
+    m_coordinator->watch(m_round, [this](StopEvent event) { stop(std::move(event)); });
+    watch_store();
+
+    if (m_round == 0) {
+        const auto& config = m_ctx.config;
+        const int first = rank_offset(info.nproc_per_node, m_node_rank);
+        const int last = first + info.nproc_per_node.at(static_cast<std::size_t>(m_node_rank)) - 1;
+        spdlog::info(
+            "node {} of {}: {} of world_size {}; MASTER_ADDR={} MASTER_PORT={}", m_node_rank,
+            config.nnodes,
+            first == last ? fmt::format("rank {}", first) : fmt::format("ranks {}-{}", first, last),
+            rank_offset(info.nproc_per_node, config.nnodes), info.master_addr, info.master_port);
+    }
+    done(info);
+}
+
+void StoreCluster::stop(StopEvent event) {
+    if (m_stop) return;  // the first stop of a round wins
+    m_barrier_timer.cancel();
+    m_stall_timer.cancel();
+    m_stop = event;
+    if (m_handlers.on_stop) m_handlers.on_stop(std::move(event));
+}
+
+// The heartbeat thread cannot report a store call that never returns; this timer can.
+void StoreCluster::watch_store() {
+    m_stall_timer.expires_after(m_coordinator->options().heartbeat_timeout / 5);
+    m_stall_timer.async_wait([this](boost::system::error_code ec) {
+        if (ec || m_stop) return;
+        if (m_coordinator->store_stalled()) {
+            stop(store_lost_event(fmt::format(
+                "the rendezvous store stopped answering (no reply for over {} s: its host is "
+                "frozen or cut off)",
+                m_coordinator->options().heartbeat_timeout.count() / 1000)));
+            return;
+        }
+        watch_store();
+    });
+}
+
+void StoreCluster::end_round(bool killed) {
+    m_stall_timer.cancel();
+    m_barrier_timer.cancel();
+    m_join_guard.cancel();
+    if (!m_coordinator) return;
+    if (m_joining) {
+        // Killed mid-join: the join's answer no longer matters.
+        m_coordinator->abandon();
+        return;
+    }
+    if (m_join_failed) {
+        // The others must read why before the store's host goes away.
+        m_coordinator->end_round(m_round, m_node_rank, k_join_linger_bound, {},
+                                 !m_coordinator->store_stalled());
+        return;
+    }
+    // Killed: leave at once, the others learn it from the failure record or the heartbeats.
+    if (killed) {
+        m_coordinator->end_round(m_round, m_node_rank, 0ms);
+        return;
+    }
+    // The store is gone: nobody to tell, nothing to wait for.
+    if (m_stop && m_stop->kind == StopEvent::Kind::StoreLost) {
+        m_coordinator->end_round(m_round, m_node_rank, 0ms, {}, false);
+        return;
+    }
+    std::vector<int> lost;
+    if (m_stop && m_stop->kind == StopEvent::Kind::Failure &&
+        m_stop->failure.kind == FailureKind::NodeLost)
+        lost.push_back(m_stop->failure.node_rank);
+    m_coordinator->end_round(m_round, m_node_rank,
+                             m_ctx.config.shutdown_timeout + k_kill_bound + k_linger_bound +
+                                 m_coordinator->options().heartbeat_timeout,
+                             lost);
+}
+
+}  // namespace
+
+std::unique_ptr<Cluster> make_store_cluster(asio::io_context& io, const LaunchContext& context) {
+    return std::make_unique<StoreCluster>(io, context);
+}
+
+}  // namespace ddprun
