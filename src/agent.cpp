@@ -127,6 +127,9 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
         workers.forward(signal);
     };
     std::optional<std::expected<RoundInfo, Error>> joined;
+    // The round's stop may come as soon as the join is done, before the workers start.
+    failure_published = false;
+    stop_event.reset();
     phase = Phase::Joining;
     cluster->join(round, master_port, std::move(handlers),
                   [&joined](auto result) { joined = std::move(result); });
@@ -147,8 +150,6 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
 RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     phase = Phase::Running;
     stop_signal = 0;
-    failure_published = false;
-    stop_event.reset();
     auto started = workers.start(round, info);
     if (!started) {
         spdlog::error("{}", started.error().message);
@@ -156,6 +157,8 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
                                    ctx.host, started.error().message),
                        started.error().exit_code);
         kill_now();
+    } else if (stop_event && stop_event->kind != StopEvent::Kind::Done) {
+        begin_stop(SIGTERM);  // another node failed while this one was still starting
     }
     spdlog::debug("round {}: {} worker(s) started, MASTER_ADDR={} MASTER_PORT={}", round,
                   workers.running(), info.master_addr, info.master_port);
