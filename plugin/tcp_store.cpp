@@ -166,7 +166,7 @@ class TcpStore final : public ddprun::Store {
             client.set(key, to_bytes(value));
             // c10d's set gets no reply. One round trip on the same connection
             // (the server serves it in order) makes the value visible to every
-            // client by the time set returns, as MemoryStore's is.
+            // client by the time set returns, as the tests' MemoryStore's is.
             client.check({key});
         });
     }

@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/rank_plan.hpp"
+#include "support/memory_store.hpp"
 
 namespace ddprun {
 namespace {
