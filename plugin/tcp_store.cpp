@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <ddprun/store.hpp>
+#include <ddprun/text.hpp>
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
@@ -31,7 +32,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -84,12 +84,6 @@ std::string seconds_text(std::chrono::milliseconds timeout) {
 
 bool contains(std::string_view text, std::string_view word) {
     return text.find(word) != std::string_view::npos;
-}
-
-bool is_integer(std::string_view text) {
-    std::int64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    return ec == std::errc() && end == text.data() + text.size();
 }
 
 // The message and kind of the exception being handled. Must be called from a
@@ -425,7 +419,7 @@ class TcpStore final : public ddprun::Store {
             m_client.reset();
             return;
         }
-        if (is_integer(value)) return;
+        if (ddprun::to_integer(value)) return;
         if (value.size() > 40) value = value.substr(0, 40) + "...";
         throw StoreError(Kind::Other, "rendezvous store at " + endpoint() + ": cannot add to '" +
                                           key + "': it holds '" + value + "', not a number");

@@ -40,15 +40,6 @@ std::vector<std::string_view> split(std::string_view text, char separator) {
     }
 }
 
-std::optional<long long> to_flag_integer(std::string_view text) {
-    text = trim(text);
-    if (text.starts_with('+')) text.remove_prefix(1);
-    long long value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
-    return value;
-}
-
 // An optional sign and one or more digits: an integer, if perhaps too large for one.
 bool is_digits(std::string_view text) {
     if (text.starts_with('+') || text.starts_with('-')) text.remove_prefix(1);

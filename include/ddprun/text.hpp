@@ -27,6 +27,18 @@ inline std::optional<long long> to_integer(std::string_view text, int base = 10)
     return value;
 }
 
+// As to_integer, and a leading '+' as well ("+8"), as Python's int() reads
+// torchrun's flags: for numbers a user typed. "+-8" and "+ 8" are not numbers.
+inline std::optional<long long> to_flag_integer(std::string_view text) {
+    text = trim(text);
+    if (text.starts_with('+')) {
+        text.remove_prefix(1);
+        if (text.empty() || !std::isdigit(static_cast<unsigned char>(text.front())))
+            return std::nullopt;
+    }
+    return to_integer(text);
+}
+
 // A yes/no word, as every switch of ddprun takes it: 1|true|yes|on and
 // 0|false|no|off, in any case, blanks around allowed; else nullopt.
 inline std::optional<bool> to_bool(std::string_view text) {
