@@ -443,8 +443,13 @@ std::string Agent::Impl::prepare_round_dirs(std::vector<Worker>& round_workers) 
 std::optional<int> Agent::Impl::open_coordinator() {
     const auto& config = ctx.config;
     Coordinator::Options options;
-    Endpoint endpoint = split_endpoint(
+    auto split = split_endpoint(
         config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint, 29400);
+    if (!split) {
+        spdlog::error("{}", split.error().message);
+        return split.error().exit_code;
+    }
+    Endpoint endpoint = *split;
     options.store.host = endpoint.host;
     options.store.port = endpoint.port;
     const RendezvousSettings& settings = config.rendezvous;
@@ -648,7 +653,7 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
         auto reserved = PortReservation::reserve();
         if (!reserved) {
             spdlog::error("cannot pick a free MASTER_PORT: {}; pass --master_port",
-                          reserved.error());
+                          reserved.error().message);
             return {RoundResult::Kind::Aborted, exit_code::kInternal};
         }
         round_info.master_port = reserved->port();
