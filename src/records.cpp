@@ -514,6 +514,14 @@ std::string_view to_string(FailureKind kind) {
     return "worker";
 }
 
+StopEvent store_lost(std::string message) {
+    StopEvent event;
+    event.kind = StopEvent::Kind::StoreLost;
+    event.message = std::move(message);
+    event.exit_code = exit_code::kRendezvous;
+    return event;
+}
+
 std::string to_json(const NodeInfo& info) {
     return node_json(info).dump();
 }

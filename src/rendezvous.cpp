@@ -264,20 +264,18 @@ bool Rendezvous::publish_finished(int round, int nnodes) {
 
 StopEvent Rendezvous::wait_stop(int round, milliseconds timeout) noexcept {
     const std::string stop_key = key(round, "stop");
-    StopEvent event;
     try {
         m_store.wait({stop_key}, timeout);
         return detail::parse_stop(m_store.get(stop_key), stop_key);
     } catch (const StoreError& error) {
-        event.kind = error.kind() == StoreError::Kind::Timeout ? StopEvent::Kind::Timeout
-                                                               : StopEvent::Kind::StoreLost;
+        if (error.kind() != StoreError::Kind::Timeout) return store_lost(error.what());
+        StopEvent event;
+        event.kind = StopEvent::Kind::Timeout;
         event.message = error.what();
+        return event;
     } catch (const std::exception& error) {
-        event.kind = StopEvent::Kind::StoreLost;
-        event.message = fmt::format("rendezvous: {}", error.what());
+        return store_lost(fmt::format("rendezvous: {}", error.what()));
     }
-    if (event.kind == StopEvent::Kind::StoreLost) event.exit_code = exit_code::kRendezvous;
-    return event;
 }
 
 void Rendezvous::acknowledge(int round, int node_rank, int nnodes) {
