@@ -20,7 +20,7 @@
 #include <csignal>
 #include <iterator>
 
-#include "ddprun/log_mux.hpp"
+#include "ddprun/prefix_template.hpp"
 #include "ddprun/signals.hpp"
 #include "ddprun/text.hpp"
 
@@ -304,8 +304,8 @@ Parsed<NumaBinding> parse_numa_binding(const Setting& s) {
 }
 
 Parsed<std::string> parse_log_prefix(const Setting& s) {
-    std::string problem = validate_prefix_template(s.value);
-    if (!problem.empty()) return std::unexpected(s.error(problem, "'[{rank}]: '"));
+    if (auto valid = validate_prefix_template(s.value); !valid)
+        return std::unexpected(s.error(valid.error().message, "'[{rank}]: '"));
     return s.value;
 }
 

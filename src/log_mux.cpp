@@ -30,6 +30,7 @@
 #include <string_view>
 
 #include "ddprun/line_splitter.hpp"
+#include "ddprun/stderr_tail.hpp"
 
 namespace ddprun {
 
@@ -42,8 +43,6 @@ constexpr int k_reads_per_turn = 16;
 // A line without terminator is flushed early past this size, so memory stays
 // bounded when a worker writes megabytes without a newline.
 constexpr std::size_t k_max_pending = 1024 * 1024;
-// Longest stderr line kept in the tail; the rest of such a line is dropped.
-constexpr std::size_t k_max_tail_line = 64 * 1024;
 // A pipe found full (the worker writes faster than one 64 KiB pipe carries)
 // is grown to this, the most an unprivileged process may ask for by default
 // (/proc/sys/fs/pipe-max-size): the worker then blocks and wakes 16 times
@@ -72,82 +71,6 @@ int write_all(int fd, const char* data, std::size_t size) {
     }
     return 0;
 }
-
-// The last lines of one stderr stream, for the failure report. A fixed ring of
-// strings whose capacity is reused, so keeping the tail costs no allocation
-// once warm. Lines end at '\n'; within a line only the text after the last
-// '\r' is kept, which is what a terminal shows for a progress bar.
-class StderrTail {
-  public:
-    explicit StderrTail(std::size_t lines) : m_ring(lines) {}
-
-    void feed(std::string_view chunk) {
-        if (m_ring.empty()) return;
-        std::size_t last_nl = chunk.rfind('\n');
-        if (last_nl == std::string_view::npos) {
-            append_to_current(chunk);
-            return;
-        }
-        // Only the last ring-size lines of the chunk can survive: find where
-        // they start and skip the rest (and the pending partial) unread.
-        std::size_t begin = 0;
-        std::size_t pos = last_nl;
-        for (std::size_t found = 1; pos > 0; ++found) {
-            std::size_t prev = chunk.rfind('\n', pos - 1);
-            if (prev == std::string_view::npos) break;
-            if (found == m_ring.size()) {
-                begin = prev + 1;
-                m_current.clear();
-                break;
-            }
-            pos = prev;
-        }
-        while (begin <= last_nl) {
-            std::size_t nl = chunk.find('\n', begin);
-            append_to_current(chunk.substr(begin, nl - begin));
-            if (!m_current.empty() && m_current.back() == '\r') m_current.pop_back();
-            m_ring[m_next].swap(m_current);
-            m_current.clear();
-            m_next = (m_next + 1) % m_ring.size();
-            m_count = std::min(m_count + 1, m_ring.size());
-            begin = nl + 1;
-        }
-        append_to_current(chunk.substr(last_nl + 1));
-    }
-
-    std::vector<std::string> lines() const {
-        std::string partial = m_current;
-        if (!partial.empty() && partial.back() == '\r') partial.pop_back();
-        std::size_t keep = std::min(m_count, m_ring.size() - (partial.empty() ? 0 : 1));
-        std::vector<std::string> out;
-        for (std::size_t i = keep; i > 0; --i) {
-            out.push_back(m_ring[(m_next + m_ring.size() - i) % m_ring.size()]);
-        }
-        if (!partial.empty()) out.push_back(std::move(partial));
-        return out;
-    }
-
-  private:
-    // m_current never holds a '\r' except as its last byte, which may be the
-    // first half of a "\r\n".
-    void append_to_current(std::string_view text) {
-        if (text.empty()) return;
-        std::size_t cr = text.substr(0, text.size() - 1).rfind('\r');
-        if (cr != std::string_view::npos) {
-            m_current.clear();
-            text.remove_prefix(cr + 1);
-        } else if (!m_current.empty() && m_current.back() == '\r') {
-            m_current.clear();
-        }
-        std::size_t room = k_max_tail_line - std::min(m_current.size(), k_max_tail_line);
-        m_current.append(text.substr(0, room));
-    }
-
-    std::vector<std::string> m_ring;
-    std::size_t m_next = 0;
-    std::size_t m_count = 0;
-    std::string m_current;
-};
 
 }  // namespace
 
@@ -436,81 +359,6 @@ struct LogMux::Impl {
     std::string file_error;
     std::string console_error;
 };
-
-namespace {
-
-constexpr std::array<std::string_view, 4> k_placeholders{"rank", "local_rank", "node_rank", "role"};
-
-// Walks a prefix template once: on_text gets literal text, on_placeholder the
-// name inside each "{name}". A stray brace is passed on as text. Returns the
-// first problem found, or "".
-template <typename OnText, typename OnPlaceholder>
-std::string parse_prefix(std::string_view tmpl, OnText&& on_text, OnPlaceholder&& on_placeholder) {
-    std::string error;
-    std::size_t i = 0;
-    while (i < tmpl.size()) {
-        std::size_t brace = tmpl.find_first_of("{}", i);
-        on_text(tmpl.substr(i, brace - i));
-        if (brace == std::string_view::npos) break;
-        char c = tmpl[brace];
-        if (brace + 1 < tmpl.size() && tmpl[brace + 1] == c) {  // "{{" or "}}"
-            on_text(tmpl.substr(brace, 1));
-            i = brace + 2;
-            continue;
-        }
-        std::size_t close = c == '{' ? tmpl.find_first_of("{}", brace + 1) : brace;
-        if (close == brace || close == std::string_view::npos || tmpl[close] != '}') {
-            if (error.empty()) {
-                error = std::string("unmatched '") + c + "' at character " +
-                        std::to_string(brace + 1) + " (write " + c + c + " for a literal brace)";
-            }
-            on_text(tmpl.substr(brace, 1));
-            i = brace + 1;
-            continue;
-        }
-        on_placeholder(tmpl.substr(brace + 1, close - brace - 1));
-        i = close + 1;
-    }
-    return error;
-}
-
-}  // namespace
-
-std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
-    std::string out;
-    parse_prefix(
-        tmpl, [&](std::string_view text) { out += text; },
-        [&](std::string_view name) {
-            if (name == "rank") {
-                out += std::to_string(source.rank);
-            } else if (name == "local_rank") {
-                out += std::to_string(source.local_rank);
-            } else if (name == "node_rank") {
-                out += std::to_string(source.node_rank);
-            } else if (name == "role") {
-                out += source.role;
-            } else {
-                out += '{';
-                out += name;
-                out += '}';
-            }
-        });
-    return out;
-}
-
-std::string validate_prefix_template(const std::string& tmpl) {
-    std::string unknown;
-    std::string error = parse_prefix(
-        tmpl, [](std::string_view) {},
-        [&](std::string_view name) {
-            bool known = std::find(k_placeholders.begin(), k_placeholders.end(), name) !=
-                         k_placeholders.end();
-            if (!known && unknown.empty()) unknown = "{" + std::string(name) + "}";
-        });
-    if (!error.empty() || unknown.empty()) return error;
-    return "unknown placeholder " + unknown +
-           " (known: {rank}, {local_rank}, {node_rank}, {role}; {{ and }} are literal braces)";
-}
 
 LogMux::LogMux(boost::asio::io_context& io, Options options)
     : m_impl(std::make_unique<Impl>(io, std::move(options))) {}

@@ -6,10 +6,11 @@
 
 #include <chrono>
 #include <cstddef>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "ddprun/prefix_template.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -17,28 +18,11 @@ class io_context;
 
 namespace ddprun {
 
-// Identity of one worker stream's source, used to expand the prefix template.
-struct StreamSource {
-    int rank = 0;
-    int local_rank = 0;
-    int node_rank = 0;
-    std::string role = "default";
-};
-
 // Where one worker stream goes.
 struct StreamSink {
     bool console = true;    // shown on ddprun's stdout (for stdout) / stderr (for stderr)
     std::string file_path;  // empty: no file. Parent directories must exist.
 };
-
-// Expands "{rank}", "{local_rank}", "{node_rank}", "{role}" in a prefix
-// template. "{{" and "}}" are literal braces. Returns "" for an empty template.
-// Pure; exposed for tests. Unknown placeholders are left as written
-// (validate_prefix_template rejects them at the CLI).
-std::string expand_prefix(const std::string& tmpl, const StreamSource& source);
-
-// "" if the template is valid, else a message naming the bad placeholder.
-std::string validate_prefix_template(const std::string& tmpl);
 
 // The io_context must outlive the LogMux and be run by a single thread (the
 // agent's loop): pipes are read in their readiness handlers, and draining
@@ -82,10 +66,9 @@ class LogMux {
     // off: what it wrote so far is carried, later writes get EPIPE.
     void drain_and_close_all();
 
-    // The last `tail_lines` lines the worker wrote to stderr (without prefix or
-    // terminator), oldest first; a final line without newline counts. Lines end
-    // at '\n'; of a progress-bar line only the text after its last '\r' is
-    // kept (what a terminal showed). Kept after drain_and_close_all().
+    // The last `tail_lines` lines the worker wrote to stderr, as
+    // StderrTail::lines() gives them (stderr_tail.hpp). Kept after
+    // drain_and_close_all().
     std::vector<std::string> stderr_tail(int id) const;
 
     // True once every added pipe reached EOF (or was closed).

@@ -150,64 +150,6 @@ class LogMuxTest : public ::testing::Test {
     int m_err_fd = -1;
 };
 
-// ---------------------------------------------------------------- prefixes
-
-TEST(PrefixTemplate, ExpandsPlaceholders) {
-    StreamSource source;
-    source.rank = 12;
-    source.local_rank = 4;
-    source.node_rank = 1;
-    source.role = "trainer";
-    struct Case {
-        std::string tmpl;
-        std::string expected;
-    };
-    const std::vector<Case> cases = {
-        {"", ""},
-        {"[{rank}]: ", "[12]: "},
-        {"{node_rank}/{local_rank} {role}|", "1/4 trainer|"},
-        {"{rank}{rank}", "1212"},
-        {"{{rank}}", "{rank}"},
-        {"}}{{", "}{"},
-        {"{{{rank}}}", "{12}"},
-        {"{nope} ", "{nope} "},  // unknown: left as written
-        {"{rank", "{rank"},
-        {"a}b", "a}b"},
-        {"{}", "{}"},
-    };
-    for (const auto& c : cases) {
-        EXPECT_EQ(expand_prefix(c.tmpl, source), c.expected) << "template: " << c.tmpl;
-    }
-}
-
-TEST(PrefixTemplate, ValidationNamesTheProblem) {
-    struct Case {
-        std::string tmpl;
-        std::string error_contains;  // empty: valid
-    };
-    const std::vector<Case> cases = {
-        {"", ""},
-        {"[{rank}]: ", ""},
-        {"{role}-{node_rank}-{local_rank}: ", ""},
-        {"{{literal}} ", ""},
-        {"[{rnk}]: ", "unknown placeholder {rnk}"},
-        {"{}", "unknown placeholder {}"},
-        {"[{rank]: ", "unmatched '{' at character 2"},
-        {"[rank}]: ", "unmatched '}' at character 6"},
-        {"{ra{nk}", "unmatched '{' at character 1"},
-        {"{rank}}", "unmatched '}' at character 7"},
-    };
-    for (const auto& c : cases) {
-        std::string error = validate_prefix_template(c.tmpl);
-        if (c.error_contains.empty()) {
-            EXPECT_EQ(error, "") << "template: " << c.tmpl;
-        } else {
-            EXPECT_NE(error.find(c.error_contains), std::string::npos)
-                << "template: " << c.tmpl << " error: " << error;
-        }
-    }
-}
-
 // ---------------------------------------------------------------- console
 
 TEST_F(LogMuxTest, PrefixesEveryLineOnItsOwnConsole) {
