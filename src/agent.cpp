@@ -639,9 +639,9 @@ std::string Agent::Impl::start_workers() {
             err.file_path = dir + "/stderr.log";
         }
         StreamSource source{w.spec.rank, lr, w.spec.node_rank, config.role};
-        if (auto msg = mux->add_worker(lr, source, out_r.release(), err_r.release(), out, err);
-            !msg.empty())
-            return msg;
+        if (auto added = mux->add_worker(lr, source, out_r.release(), err_r.release(), out, err);
+            !added)
+            return added.error().message;
     }
     return {};
 }

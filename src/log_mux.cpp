@@ -23,6 +23,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/system/system_error.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -30,6 +31,7 @@
 #include <string_view>
 
 #include "ddprun/line_splitter.hpp"
+#include "ddprun/logging.hpp"
 #include "ddprun/stderr_tail.hpp"
 
 namespace ddprun {
@@ -64,7 +66,8 @@ int write_all(int fd, const char* data, std::size_t size) {
             size -= static_cast<std::size_t>(written);
         } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
             pollfd pfd{fd, POLLOUT, 0};
-            ::poll(&pfd, 1, -1);  // blocking here is the console's backpressure
+            // Blocking here is the console's backpressure.
+            if (::poll(&pfd, 1, -1) < 0 && errno != EINTR) return errno;
         } else if (errno != EINTR) {
             return errno;
         }
@@ -92,6 +95,7 @@ struct LogMux::Impl {
         Stream(boost::asio::io_context& io, int fd) : pipe(io, fd), partial_timer(io) {}
 
         Impl* mux = nullptr;
+        std::string name;  // "worker 3's stdout", for messages
         bool open = true;
         boost::asio::posix::stream_descriptor pipe;
         boost::asio::steady_timer partial_timer;
@@ -117,6 +121,8 @@ struct LogMux::Impl {
         : io(io_context), options(std::move(opts)), read_buffer(k_read_size) {
         consoles[0].fd = options.stdout_fd;
         consoles[1].fd = options.stderr_fd;
+        // Where fstat fails they count as two files: at worst a partial line on
+        // one is not ended before the other writes.
         struct stat a {};
         struct stat b {};
         bool same = options.stdout_fd == options.stderr_fd ||
@@ -125,12 +131,35 @@ struct LogMux::Impl {
         stderr_console = same ? &consoles[0] : &consoles[1];
     }
 
-    std::shared_ptr<Stream> open_stream(int fd, Console* console, const std::string& prefix,
-                                        const StreamSink& sink, std::string& error) {
-        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-        ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // never inherited by the next worker spawned
-        auto stream = std::make_shared<Stream>(io, fd);
+    // Null if `fd` cannot be watched (it is closed then). `error` keeps the first
+    // failure of the worker's streams.
+    std::shared_ptr<Stream> open_stream(int fd, std::string name, Console* console,
+                                        const std::string& prefix, const StreamSink& sink,
+                                        Status& error) {
+        auto fail = [&error](Error failure) {
+            if (error) error = std::unexpected(std::move(failure));
+        };
+        // Non-blocking, or a read would stall the whole loop; close-on-exec, so the
+        // next worker spawned never inherits it.
+        int flags = ::fcntl(fd, F_GETFL);
+        if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+            ::fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+            fail(system_error("fcntl(O_NONBLOCK, FD_CLOEXEC) on " + name + " pipe"));
+            ::close(fd);
+            return nullptr;
+        }
+        std::shared_ptr<Stream> stream;
+        try {
+            stream = std::make_shared<Stream>(io, fd);
+        } catch (const boost::system::system_error& e) {  // epoll refused it (ENOSPC, ENOMEM)
+            fail(Error{fmt::format("watching {} pipe: {}", name, e.code().message())});
+            ::close(fd);
+            return nullptr;
+        }
         stream->mux = this;
+        stream->name = std::move(name);
+        ++open_streams;
+        // Unknown (0) if the kernel will not say: the pipe is then never grown.
         int pipe_size = ::fcntl(fd, F_GETPIPE_SZ);
         stream->pipe_size = pipe_size > 0 ? static_cast<std::size_t>(pipe_size) : 0;
         stream->prefix = prefix;
@@ -139,12 +168,17 @@ struct LogMux::Impl {
             stream->file_path = sink.file_path;
             stream->file_fd = ::open(sink.file_path.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-            if (stream->file_fd < 0 && error.empty()) {
-                error = "opening log file " + sink.file_path + ": " + std::strerror(errno);
-            }
+            if (stream->file_fd < 0) fail(system_error("opening log file " + sink.file_path));
         }
-        ++open_streams;
         return stream;
+    }
+
+    // A read that failed for a reason other than an empty pipe: the fd is not
+    // a readable pipe any more, so what the worker writes from now on is lost.
+    void read_failed(Stream& stream) {
+        Error error = system_error("reading " + stream.name + " pipe");
+        spdlog::error("{}; its output from then on is lost", error.message);
+        close_stream(stream);
     }
 
     // Reads until the pipe is empty (a short read says so), then waits for the
@@ -163,7 +197,7 @@ struct LogMux::Impl {
             } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 return wait(stream);
             } else if (errno != EINTR) {
-                return close_stream(*stream);
+                return read_failed(*stream);
             }
         }
         boost::asio::post(io, [stream] {
@@ -331,10 +365,13 @@ struct LogMux::Impl {
                 carry(stream, std::string_view(read_buffer.data(), static_cast<std::size_t>(got)));
             } else if (got < 0 && errno == EINTR) {
                 continue;
-            } else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !close_anyway) {
-                return;  // a writer still holds the pipe
+            } else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                if (!close_anyway) return;  // a writer still holds the pipe
+                break;                      // the round is over
+            } else if (got < 0) {
+                return read_failed(*stream);
             } else {
-                break;  // EOF, an error, or the round is over
+                break;  // EOF
             }
         }
         close_stream(*stream);
@@ -367,20 +404,23 @@ LogMux::~LogMux() {
     drain_and_close_all();
 }
 
-std::string LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
-                               const StreamSink& out, const StreamSink& err) {
+Status LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
+                          const StreamSink& out, const StreamSink& err) {
     Impl& impl = *m_impl;
     auto previous = impl.workers.find(id);
     if (previous != impl.workers.end()) impl.read_worker_now(previous->second, true);
 
     std::string prefix = expand_prefix(impl.options.prefix_template, source);
-    std::string error;
+    Status error;
     Impl::Worker worker;
     worker.tail = std::make_shared<StderrTail>(impl.options.tail_lines);
-    worker.out = impl.open_stream(stdout_fd, &impl.consoles[0], prefix, out, error);
-    worker.err = impl.open_stream(stderr_fd, impl.stderr_console, prefix, err, error);
-    worker.err->tail = worker.tail;
+    worker.out = impl.open_stream(stdout_fd, fmt::format("worker {}'s stdout", id),
+                                  &impl.consoles[0], prefix, out, error);
+    worker.err = impl.open_stream(stderr_fd, fmt::format("worker {}'s stderr", id),
+                                  impl.stderr_console, prefix, err, error);
+    if (worker.err) worker.err->tail = worker.tail;
     for (const auto& stream : {worker.out, worker.err}) {
+        if (!stream) continue;
         boost::asio::post(impl.io, [stream] {
             if (stream->open) stream->mux->pump(stream);
         });

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/error.hpp"
 #include "ddprun/prefix_template.hpp"
 
 namespace boost::asio {
@@ -46,12 +47,14 @@ class LogMux {
 
     // Starts carrying a worker's streams. Takes ownership of both read ends
     // (they are made non-blocking). `id` is the caller's handle for the worker
-    // (the agent uses the local rank). Fails (returns a message) only when a
-    // log file cannot be opened; the pipes are carried anyway (console, tail,
-    // the other file), so no output is lost while the caller decides what to do.
+    // (the agent uses the local rank). Fails when a log file cannot be opened:
+    // the pipes are carried anyway (console, tail, the other file), so no
+    // output is lost while the caller decides what to do. Fails too when a pipe
+    // cannot be made non-blocking (not a pipe?): that one is closed at once.
+    // Either error names the call and the file or the worker's stream.
     // Adding an id again (next round) first drains and closes its old pipes.
-    std::string add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
-                           const StreamSink& out, const StreamSink& err);
+    Status add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
+                      const StreamSink& out, const StreamSink& err);
 
     // Reads what worker `id`'s pipes hold right now, without waiting, and
     // carries it as usual (a pipe at EOF is closed). The agent calls it when a

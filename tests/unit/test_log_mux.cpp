@@ -120,9 +120,12 @@ class LogMuxTest : public ::testing::Test {
         return *m_mux;
     }
 
+    // "" when added, else the error's message.
     std::string add(int id, Worker& worker, const StreamSink& out = {},
                     const StreamSink& err = {}) {
-        return m_mux->add_worker(id, rank(id), worker.out.read_end, worker.err.read_end, out, err);
+        auto added =
+            m_mux->add_worker(id, rank(id), worker.out.read_end, worker.err.read_end, out, err);
+        return added ? std::string() : added.error().message;
     }
 
     // Runs the loop until `done` holds; false if the hang guard ran out.
@@ -507,6 +510,25 @@ TEST_F(LogMuxTest, UnopenableLogFileIsReportedAndOutputStillCarried) {
     w.close();
     ASSERT_TRUE(run_until_closed());
     EXPECT_EQ(console_out(), "[0]: kept\n");
+}
+
+TEST_F(LogMuxTest, APipeThatCannotBeWatchedIsAnErrorNamingTheCall) {
+    start();
+    Worker w;
+    int closed = ::dup(w.out.read_end);
+    ASSERT_GE(closed, 0);
+    ::close(closed);  // a descriptor number that is not open
+    auto added = m_mux->add_worker(0, rank(0), closed, w.err.read_end, {}, {});
+    ASSERT_FALSE(added);
+    EXPECT_NE(added.error().message.find("fcntl"), std::string::npos) << added.error().message;
+    EXPECT_NE(added.error().message.find("worker 0's stdout"), std::string::npos)
+        << added.error().message;
+    // The other stream is carried as usual.
+    w.err.write("still carried\n");
+    w.close();
+    ASSERT_TRUE(run_until_closed());
+    EXPECT_EQ(console_err(), "[0]: still carried\n");
+    ::close(w.out.read_end);  // never handed to the mux
 }
 
 // ---------------------------------------------------------------- tail
