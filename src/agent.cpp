@@ -710,10 +710,12 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
 
     // Whatever the workers left behind (grandchildren, daemons) dies with the round, then
     // every byte still in the pipes is carried out.
-    if (int left = sweep_children(k_sweep_bound,
-                                  [this](pid_t pid, int status) { on_child_exit(pid, status); });
-        left > 0)
-        spdlog::error("{} process(es) left by the workers did not die after SIGKILL", left);
+    auto left = sweep_children(k_sweep_bound,
+                               [this](pid_t pid, int status) { on_child_exit(pid, status); });
+    if (!left)
+        spdlog::error("{}", left.error().message);
+    else if (*left > 0)
+        spdlog::error("{} process(es) left by the workers did not die after SIGKILL", *left);
     mux->drain_and_close_all();
     if (!mux->file_error().empty()) spdlog::error("{}", mux->file_error());
     if (!mux->console_error().empty()) spdlog::error("{}", mux->console_error());
