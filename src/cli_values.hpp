@@ -41,10 +41,10 @@ struct Setting {
         return fmt::format("{}={}", label, plain ? value : "'" + value + "'");
     }
     Error error(std::string_view problem, std::string_view example) const {
-        return {fmt::format("{}: {} (e.g. {}={})", shown(), problem, label, example)};
+        return usage_error(fmt::format("{}: {} (e.g. {}={})", shown(), problem, label, example));
     }
     Error error_hint(std::string_view problem, std::string_view hint) const {
-        return {fmt::format("{}: {} ({})", shown(), problem, hint)};
+        return usage_error(fmt::format("{}: {} ({})", shown(), problem, hint));
     }
 };
 
