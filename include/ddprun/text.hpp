@@ -10,12 +10,17 @@
 
 namespace ddprun {
 
-inline std::string_view trim(std::string_view text) {
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
-        text.remove_prefix(1);
+// `text` without its trailing blanks (what a line shows).
+inline std::string_view trim_right(std::string_view text) {
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
         text.remove_suffix(1);
     return text;
+}
+
+inline std::string_view trim(std::string_view text) {
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
+        text.remove_prefix(1);
+    return trim_right(text);
 }
 
 // The whole of `text` (surrounding blanks allowed) as an integer, else nullopt.

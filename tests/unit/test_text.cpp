@@ -17,6 +17,8 @@ TEST(Text, TrimRemovesBlanksAtBothEnds) {
     EXPECT_EQ(trim("\v\fx"), "x");
     EXPECT_EQ(trim(""), "");
     EXPECT_EQ(trim(" \t\n "), "");
+    EXPECT_EQ(trim_right("  a b \r\n"), "  a b");
+    EXPECT_EQ(trim_right(" \t"), "");
 }
 
 struct IntegerCase {
