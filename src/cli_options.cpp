@@ -110,10 +110,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 Error unknown_flag(const std::string& typed) {
     std::string suggestion = closest_flag(typed);
     if (!suggestion.empty())
-        return {fmt::format("unknown flag {} (did you mean {}?)", typed, suggestion)};
-    return {fmt::format(
+        return usage_error(fmt::format("unknown flag {} (did you mean {}?)", typed, suggestion));
+    return usage_error(fmt::format(
         "unknown flag {} (see ddprun --help; the program's own flags go after the program)",
-        typed)};
+        typed));
 }
 
 // A long name as typed (without "--"): exact in either spelling, else a unique

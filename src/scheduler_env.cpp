@@ -51,7 +51,7 @@ std::optional<Variable> first_set(const Environment& env,
 }
 
 Error bad_variable(const Variable& variable, std::string_view problem, std::string_view hint) {
-    return {fmt::format("{}={}: {} ({})", variable.name, variable.value, problem, hint)};
+    return usage_error(fmt::format("{}={}: {} ({})", variable.name, variable.value, problem, hint));
 }
 
 // A count or id the scheduler wrote: anything else means the environment is
