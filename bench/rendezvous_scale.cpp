@@ -37,6 +37,7 @@
 
 #include "ddprun/rendezvous.hpp"
 #include "ddprun/store.hpp"
+#include "support/memory_store.hpp"
 
 namespace {
 

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <ddprun/store.hpp>
+#include <ddprun/text.hpp>
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
@@ -31,11 +32,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -84,12 +85,6 @@ std::string seconds_text(std::chrono::milliseconds timeout) {
 
 bool contains(std::string_view text, std::string_view word) {
     return text.find(word) != std::string_view::npos;
-}
-
-bool is_integer(std::string_view text) {
-    std::int64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    return ec == std::errc() && end == text.data() + text.size();
 }
 
 // The message and kind of the exception being handled. Must be called from a
@@ -166,7 +161,7 @@ class TcpStore final : public ddprun::Store {
             client.set(key, to_bytes(value));
             // c10d's set gets no reply. One round trip on the same connection
             // (the server serves it in order) makes the value visible to every
-            // client by the time set returns, as MemoryStore's is.
+            // client by the time set returns, as the tests' MemoryStore's is.
             client.check({key});
         });
     }
@@ -284,25 +279,30 @@ class TcpStore final : public ddprun::Store {
                                  " within " + seconds_text(connect_window) +
                                  " (nothing accepts connections there: is its host up?)");
         }
-        auto [silent, problem] = check_answers(fd, answer_within);
+        auto unanswered = check_answers(fd, answer_within);
         ::close(fd);
-        if (problem.empty()) {
+        if (!unanswered) {
             m_known_store = true;
         } else if (m_known_store) {
-            throw StoreError(silent ? Kind::Timeout : Kind::Connection,
-                             "rendezvous store at " + endpoint() + ": " + problem);
+            throw StoreError(unanswered->silent ? Kind::Timeout : Kind::Connection,
+                             "rendezvous store at " + endpoint() + ": " + unanswered->why);
         } else {
             throw StoreError(Kind::Connection, "no rendezvous store at " + endpoint() + ": " +
-                                                   problem + "; is another program using port " +
+                                                   unanswered->why +
+                                                   "; is another program using port " +
                                                    std::to_string(m_port) + "? " + k_port_hint);
         }
     }
 
+    // How a probe went unanswered: what went wrong, and whether it was silence.
+    struct Unanswered {
+        bool silent = false;
+        std::string why;
+    };
+
     // Sends c10d's CHECK request for one key on `fd` and reads the one-byte answer
-    // (0 ready, 1 not ready), within `answer_within`. What went wrong, or "" if it
-    // answered; and whether it was silence.
-    std::pair<bool, std::string> check_answers(int fd,
-                                               std::chrono::milliseconds answer_within) const {
+    // (0 ready, 1 not ready), within `answer_within`. Nothing if it answered.
+    std::optional<Unanswered> check_answers(int fd, std::chrono::milliseconds answer_within) const {
         // QueryType CHECK (4), the number of keys, then each key's length and bytes;
         // lengths are native 64-bit, as c10d's tcputil::sendValue writes them.
         constexpr std::uint8_t k_check = 4;
@@ -315,22 +315,25 @@ class TcpStore final : public ddprun::Store {
         request += key;
         if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
             static_cast<ssize_t>(request.size())) {
-            return {false, std::string("it closed the connection (") + std::strerror(errno) + ")"};
+            return Unanswered{
+                false, std::string("it closed the connection (") + std::strerror(errno) + ")"};
         }
         pollfd pfd{fd, POLLIN, 0};
         int ready =
             ::poll(&pfd, 1,
                    static_cast<int>(std::clamp<std::int64_t>(answer_within.count(), 1, INT32_MAX)));
         if (ready == 0)
-            return {true, "it accepted the connection but did not answer within " +
-                              seconds_text(answer_within)};
+            return Unanswered{true, "it accepted the connection but did not answer within " +
+                                        seconds_text(answer_within)};
         std::uint8_t answer = 0xff;
         ssize_t got = ready < 0 ? -1 : ::recv(fd, &answer, 1, 0);
         if (got < 0)
-            return {false, std::string("it dropped the connection (") + std::strerror(errno) + ")"};
-        if (got == 0) return {false, "it closed the connection without answering"};
-        if (answer > 1) return {false, "it answered something that is not the store's protocol"};
-        return {false, ""};
+            return Unanswered{
+                false, std::string("it dropped the connection (") + std::strerror(errno) + ")"};
+        if (got == 0) return Unanswered{false, "it closed the connection without answering"};
+        if (answer > 1)
+            return Unanswered{false, "it answered something that is not the store's protocol"};
+        return std::nullopt;
     }
 
     // The live connection, opened if the last one failed; a new one must answer within
@@ -425,7 +428,7 @@ class TcpStore final : public ddprun::Store {
             m_client.reset();
             return;
         }
-        if (is_integer(value)) return;
+        if (ddprun::to_integer(value)) return;
         if (value.size() > 40) value = value.substr(0, 40) + "...";
         throw StoreError(Kind::Other, "rendezvous store at " + endpoint() + ": cannot add to '" +
                                           key + "': it holds '" + value + "', not a number");

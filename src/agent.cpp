@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "ddprun/clock.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/ports.hpp"
 #include "ddprun/process_tree.hpp"
@@ -109,7 +110,7 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
         auto reserved = PortReservation::reserve();
         if (!reserved) {
             spdlog::error("cannot pick a free MASTER_PORT: {}; pass --master_port",
-                          reserved.error());
+                          reserved.error().message);
             return std::unexpected(exit_code::kInternal);
         }
         master_port = reserved->port();
@@ -303,9 +304,7 @@ void Agent::Impl::publish_signal(int signal, std::string message) {
     record.host = ctx.host;
     record.pid = ::getpid();
     record.exit_code = exit_code::kSignalBase + signal;
-    record.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+    record.time_ms = wall_ms();
     record.message = std::move(message);
     publish_failure(std::move(record));
 }

@@ -20,7 +20,7 @@
 #include <csignal>
 #include <iterator>
 
-#include "ddprun/log_mux.hpp"
+#include "ddprun/prefix_template.hpp"
 #include "ddprun/signals.hpp"
 #include "ddprun/text.hpp"
 
@@ -38,15 +38,6 @@ std::vector<std::string_view> split(std::string_view text, char separator) {
         if (at == std::string_view::npos) return parts;
         text.remove_prefix(at + 1);
     }
-}
-
-std::optional<long long> to_flag_integer(std::string_view text) {
-    text = trim(text);
-    if (text.starts_with('+')) text.remove_prefix(1);
-    long long value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
-    return value;
 }
 
 // An optional sign and one or more digits: an integer, if perhaps too large for one.
@@ -313,8 +304,8 @@ Parsed<NumaBinding> parse_numa_binding(const Setting& s) {
 }
 
 Parsed<std::string> parse_log_prefix(const Setting& s) {
-    std::string problem = validate_prefix_template(s.value);
-    if (!problem.empty()) return std::unexpected(s.error(problem, "'[{rank}]: '"));
+    if (auto valid = validate_prefix_template(s.value); !valid)
+        return std::unexpected(s.error(valid.error().message, "'[{rank}]: '"));
     return s.value;
 }
 

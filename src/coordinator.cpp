@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "ddprun/clock.hpp"
 #include "ddprun/logging.hpp"
 
 #include <cstdio>
@@ -38,14 +39,6 @@ Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<
     m_ops_rendezvous = std::make_unique<Rendezvous>(*m_ops_store, m_options.run_id);
     m_ops = std::make_unique<asio::thread_pool>(1);
 }
-
-namespace {
-std::int64_t steady_ms() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-}  // namespace
 
 bool Coordinator::store_stalled() const {
     std::int64_t done = m_beat_done_ms;
@@ -96,11 +89,7 @@ void Coordinator::watch(int round, StopHandler on_stop) {
         try {
             store = m_store->clone();
         } catch (const StoreError& e) {
-            StopEvent lost;
-            lost.kind = StopEvent::Kind::StoreLost;
-            lost.message = e.what();
-            lost.exit_code = exit_code::kRendezvous;
-            asio::post(m_io, [on_stop, lost] { on_stop(lost); });
+            asio::post(m_io, [on_stop, lost = store_lost(e.what())] { on_stop(lost); });
             return;
         }
         Rendezvous rendezvous(*store, m_options.run_id);
@@ -306,9 +295,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     record.kind = FailureKind::NodeLost;
                     record.node_rank = stale.front();
                     record.exit_code = exit_code::kRendezvous;
-                    record.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count();
+                    record.time_ms = wall_ms();
                     record.message = fmt::format(
                         "node {} stopped answering (no heartbeat for {} ms: killed, frozen or "
                         "cut off)",

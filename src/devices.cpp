@@ -6,19 +6,16 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string_view>
 #include <system_error>
 #include <thread>
 
+#include "ddprun/text.hpp"
 #include "ddprun/topology.hpp"
 
 namespace ddprun {
 namespace {
-
-std::string trimmed(const std::string& text) {
-    auto first = text.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos) return {};
-    return text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
-}
 
 // "Bus Location: \t 0000:3b:00.0" and "GPU UUID: \t GPU-..." lines of a
 // driver `information` file.
@@ -28,17 +25,20 @@ void read_information(const std::filesystem::path& file, GpuInfo& gpu) {
     while (std::getline(in, line)) {
         auto colon = line.find(':');
         if (colon == std::string::npos) continue;
-        std::string key = trimmed(line.substr(0, colon));
-        std::string value = trimmed(line.substr(colon + 1));
+        std::string_view key = trim(std::string_view(line).substr(0, colon));
+        std::string_view value = trim(std::string_view(line).substr(colon + 1));
         if (key == "Bus Location" && !value.empty()) gpu.pci_bus_id = normalize_pci_bus_id(value);
         // The driver prints "??" for a GPU it has not initialized.
         if (key == "GPU UUID" && value.starts_with("GPU-")) gpu.uuid = value;
     }
 }
 
-bool is_index(const std::string& entry) {
-    return !entry.empty() && entry.size() < 6 &&
-           std::all_of(entry.begin(), entry.end(), [](char c) { return c >= '0' && c <= '9'; });
+// An entry that is an index: digits only ("+1" and "1x" are not), of any length.
+std::optional<long long> device_index(const std::string& entry) {
+    if (entry.empty() ||
+        !std::all_of(entry.begin(), entry.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::nullopt;
+    return to_integer(entry);
 }
 
 // The bus id of the one GPU whose UUID starts with `prefix`, "" if none or several.
@@ -101,10 +101,9 @@ std::vector<std::string> locate_devices(const std::vector<std::string>& entries,
     std::vector<std::string> bus_ids;
     for (const std::string& entry : entries) {
         std::string bus;
-        if (is_index(entry)) {
-            int index = std::stoi(entry);
+        if (auto index = device_index(entry)) {
             for (const GpuInfo& gpu : gpus)
-                if (gpu.index == index) bus = gpu.pci_bus_id;
+                if (gpu.index == *index) bus = gpu.pci_bus_id;
         } else if (entry.starts_with("GPU-")) {
             bus = by_uuid(entry, gpus);
         } else if (entry.starts_with("MIG-GPU-")) {

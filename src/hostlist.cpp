@@ -8,8 +8,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <optional>
+
+#include "ddprun/text.hpp"
 
 namespace ddprun {
 namespace {
@@ -29,15 +32,14 @@ std::string at(std::size_t index) {
     return fmt::format("at character {}", index + 1);
 }
 
-// Digits only; 18 of them always fit in an unsigned long long.
+// Digits only, as Slurm writes them (no sign, no blanks), and at most 18.
 std::optional<unsigned long long> to_number(std::string_view text) {
-    if (text.empty() || text.size() > 18) return std::nullopt;
-    unsigned long long value = 0;
-    for (char c : text) {
-        if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
-        value = value * 10 + static_cast<unsigned long long>(c - '0');
-    }
-    return value;
+    if (text.empty() || text.size() > 18 ||
+        !std::ranges::all_of(text, [](unsigned char c) { return std::isdigit(c); }))
+        return std::nullopt;
+    auto value = to_integer(text);
+    if (!value) return std::nullopt;
+    return static_cast<unsigned long long>(*value);
 }
 
 // `offset`: where `item` starts in the whole list, for the message.

@@ -23,6 +23,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/system/system_error.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -30,6 +31,8 @@
 #include <string_view>
 
 #include "ddprun/line_splitter.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/stderr_tail.hpp"
 
 namespace ddprun {
 
@@ -42,8 +45,6 @@ constexpr int k_reads_per_turn = 16;
 // A line without terminator is flushed early past this size, so memory stays
 // bounded when a worker writes megabytes without a newline.
 constexpr std::size_t k_max_pending = 1024 * 1024;
-// Longest stderr line kept in the tail; the rest of such a line is dropped.
-constexpr std::size_t k_max_tail_line = 64 * 1024;
 // A pipe found full (the worker writes faster than one 64 KiB pipe carries)
 // is grown to this, the most an unprivileged process may ask for by default
 // (/proc/sys/fs/pipe-max-size): the worker then blocks and wakes 16 times
@@ -65,89 +66,14 @@ int write_all(int fd, const char* data, std::size_t size) {
             size -= static_cast<std::size_t>(written);
         } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
             pollfd pfd{fd, POLLOUT, 0};
-            ::poll(&pfd, 1, -1);  // blocking here is the console's backpressure
+            // Blocking here is the console's backpressure.
+            if (::poll(&pfd, 1, -1) < 0 && errno != EINTR) return errno;
         } else if (errno != EINTR) {
             return errno;
         }
     }
     return 0;
 }
-
-// The last lines of one stderr stream, for the failure report. A fixed ring of
-// strings whose capacity is reused, so keeping the tail costs no allocation
-// once warm. Lines end at '\n'; within a line only the text after the last
-// '\r' is kept, which is what a terminal shows for a progress bar.
-class StderrTail {
-  public:
-    explicit StderrTail(std::size_t lines) : m_ring(lines) {}
-
-    void feed(std::string_view chunk) {
-        if (m_ring.empty()) return;
-        std::size_t last_nl = chunk.rfind('\n');
-        if (last_nl == std::string_view::npos) {
-            append_to_current(chunk);
-            return;
-        }
-        // Only the last ring-size lines of the chunk can survive: find where
-        // they start and skip the rest (and the pending partial) unread.
-        std::size_t begin = 0;
-        std::size_t pos = last_nl;
-        for (std::size_t found = 1; pos > 0; ++found) {
-            std::size_t prev = chunk.rfind('\n', pos - 1);
-            if (prev == std::string_view::npos) break;
-            if (found == m_ring.size()) {
-                begin = prev + 1;
-                m_current.clear();
-                break;
-            }
-            pos = prev;
-        }
-        while (begin <= last_nl) {
-            std::size_t nl = chunk.find('\n', begin);
-            append_to_current(chunk.substr(begin, nl - begin));
-            if (!m_current.empty() && m_current.back() == '\r') m_current.pop_back();
-            m_ring[m_next].swap(m_current);
-            m_current.clear();
-            m_next = (m_next + 1) % m_ring.size();
-            m_count = std::min(m_count + 1, m_ring.size());
-            begin = nl + 1;
-        }
-        append_to_current(chunk.substr(last_nl + 1));
-    }
-
-    std::vector<std::string> lines() const {
-        std::string partial = m_current;
-        if (!partial.empty() && partial.back() == '\r') partial.pop_back();
-        std::size_t keep = std::min(m_count, m_ring.size() - (partial.empty() ? 0 : 1));
-        std::vector<std::string> out;
-        for (std::size_t i = keep; i > 0; --i) {
-            out.push_back(m_ring[(m_next + m_ring.size() - i) % m_ring.size()]);
-        }
-        if (!partial.empty()) out.push_back(std::move(partial));
-        return out;
-    }
-
-  private:
-    // m_current never holds a '\r' except as its last byte, which may be the
-    // first half of a "\r\n".
-    void append_to_current(std::string_view text) {
-        if (text.empty()) return;
-        std::size_t cr = text.substr(0, text.size() - 1).rfind('\r');
-        if (cr != std::string_view::npos) {
-            m_current.clear();
-            text.remove_prefix(cr + 1);
-        } else if (!m_current.empty() && m_current.back() == '\r') {
-            m_current.clear();
-        }
-        std::size_t room = k_max_tail_line - std::min(m_current.size(), k_max_tail_line);
-        m_current.append(text.substr(0, room));
-    }
-
-    std::vector<std::string> m_ring;
-    std::size_t m_next = 0;
-    std::size_t m_count = 0;
-    std::string m_current;
-};
 
 }  // namespace
 
@@ -169,6 +95,7 @@ struct LogMux::Impl {
         Stream(boost::asio::io_context& io, int fd) : pipe(io, fd), partial_timer(io) {}
 
         Impl* mux = nullptr;
+        std::string name;  // "worker 3's stdout", for messages
         bool open = true;
         boost::asio::posix::stream_descriptor pipe;
         boost::asio::steady_timer partial_timer;
@@ -194,6 +121,8 @@ struct LogMux::Impl {
         : io(io_context), options(std::move(opts)), read_buffer(k_read_size) {
         consoles[0].fd = options.stdout_fd;
         consoles[1].fd = options.stderr_fd;
+        // Where fstat fails they count as two files: at worst a partial line on
+        // one is not ended before the other writes.
         struct stat a {};
         struct stat b {};
         bool same = options.stdout_fd == options.stderr_fd ||
@@ -202,12 +131,36 @@ struct LogMux::Impl {
         stderr_console = same ? &consoles[0] : &consoles[1];
     }
 
-    std::shared_ptr<Stream> open_stream(int fd, Console* console, const std::string& prefix,
-                                        const StreamSink& sink, std::string& error) {
-        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-        ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // never inherited by the next worker spawned
-        auto stream = std::make_shared<Stream>(io, fd);
+    // Null if `fd` cannot be watched (it is closed then). `error` keeps the first
+    // failure of the worker's streams.
+    std::shared_ptr<Stream> open_stream(int fd, std::string name, Console* console,
+                                        const std::string& prefix, const StreamSink& sink,
+                                        Status& error) {
+        auto fail = [&error](Error failure) {
+            if (error) error = std::unexpected(std::move(failure));
+        };
+        // Non-blocking, or a read would stall the whole loop; close-on-exec, so the
+        // next worker spawned never inherits it.
+        int flags = ::fcntl(fd, F_GETFL);
+        if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+            ::fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+            fail(system_error("fcntl(O_NONBLOCK, FD_CLOEXEC) on " + name + " pipe"));
+            ::close(fd);
+            return nullptr;
+        }
+        std::shared_ptr<Stream> stream;
+        try {
+            stream = std::make_shared<Stream>(io, fd);
+        } catch (const boost::system::system_error& e) {  // epoll refused it (ENOSPC, ENOMEM)
+            fail(Error{fmt::format("watching {} pipe: {}", name, e.code().message()),
+                       exit_code::kInternal});
+            ::close(fd);
+            return nullptr;
+        }
         stream->mux = this;
+        stream->name = std::move(name);
+        ++open_streams;
+        // Unknown (0) if the kernel will not say: the pipe is then never grown.
         int pipe_size = ::fcntl(fd, F_GETPIPE_SZ);
         stream->pipe_size = pipe_size > 0 ? static_cast<std::size_t>(pipe_size) : 0;
         stream->prefix = prefix;
@@ -216,12 +169,17 @@ struct LogMux::Impl {
             stream->file_path = sink.file_path;
             stream->file_fd = ::open(sink.file_path.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-            if (stream->file_fd < 0 && error.empty()) {
-                error = "opening log file " + sink.file_path + ": " + std::strerror(errno);
-            }
+            if (stream->file_fd < 0) fail(system_error("opening log file " + sink.file_path));
         }
-        ++open_streams;
         return stream;
+    }
+
+    // A read that failed for a reason other than an empty pipe: the fd is not
+    // a readable pipe any more, so what the worker writes from now on is lost.
+    void read_failed(Stream& stream) {
+        Error error = system_error("reading " + stream.name + " pipe");
+        spdlog::error("{}; its output from then on is lost", error.message);
+        close_stream(stream);
     }
 
     // Reads until the pipe is empty (a short read says so), then waits for the
@@ -240,7 +198,7 @@ struct LogMux::Impl {
             } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 return wait(stream);
             } else if (errno != EINTR) {
-                return close_stream(*stream);
+                return read_failed(*stream);
             }
         }
         boost::asio::post(io, [stream] {
@@ -408,10 +366,13 @@ struct LogMux::Impl {
                 carry(stream, std::string_view(read_buffer.data(), static_cast<std::size_t>(got)));
             } else if (got < 0 && errno == EINTR) {
                 continue;
-            } else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !close_anyway) {
-                return;  // a writer still holds the pipe
+            } else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                if (!close_anyway) return;  // a writer still holds the pipe
+                break;                      // the round is over
+            } else if (got < 0) {
+                return read_failed(*stream);
             } else {
-                break;  // EOF, an error, or the round is over
+                break;  // EOF
             }
         }
         close_stream(*stream);
@@ -437,81 +398,6 @@ struct LogMux::Impl {
     std::string console_error;
 };
 
-namespace {
-
-constexpr std::array<std::string_view, 4> k_placeholders{"rank", "local_rank", "node_rank", "role"};
-
-// Walks a prefix template once: on_text gets literal text, on_placeholder the
-// name inside each "{name}". A stray brace is passed on as text. Returns the
-// first problem found, or "".
-template <typename OnText, typename OnPlaceholder>
-std::string parse_prefix(std::string_view tmpl, OnText&& on_text, OnPlaceholder&& on_placeholder) {
-    std::string error;
-    std::size_t i = 0;
-    while (i < tmpl.size()) {
-        std::size_t brace = tmpl.find_first_of("{}", i);
-        on_text(tmpl.substr(i, brace - i));
-        if (brace == std::string_view::npos) break;
-        char c = tmpl[brace];
-        if (brace + 1 < tmpl.size() && tmpl[brace + 1] == c) {  // "{{" or "}}"
-            on_text(tmpl.substr(brace, 1));
-            i = brace + 2;
-            continue;
-        }
-        std::size_t close = c == '{' ? tmpl.find_first_of("{}", brace + 1) : brace;
-        if (close == brace || close == std::string_view::npos || tmpl[close] != '}') {
-            if (error.empty()) {
-                error = std::string("unmatched '") + c + "' at character " +
-                        std::to_string(brace + 1) + " (write " + c + c + " for a literal brace)";
-            }
-            on_text(tmpl.substr(brace, 1));
-            i = brace + 1;
-            continue;
-        }
-        on_placeholder(tmpl.substr(brace + 1, close - brace - 1));
-        i = close + 1;
-    }
-    return error;
-}
-
-}  // namespace
-
-std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
-    std::string out;
-    parse_prefix(
-        tmpl, [&](std::string_view text) { out += text; },
-        [&](std::string_view name) {
-            if (name == "rank") {
-                out += std::to_string(source.rank);
-            } else if (name == "local_rank") {
-                out += std::to_string(source.local_rank);
-            } else if (name == "node_rank") {
-                out += std::to_string(source.node_rank);
-            } else if (name == "role") {
-                out += source.role;
-            } else {
-                out += '{';
-                out += name;
-                out += '}';
-            }
-        });
-    return out;
-}
-
-std::string validate_prefix_template(const std::string& tmpl) {
-    std::string unknown;
-    std::string error = parse_prefix(
-        tmpl, [](std::string_view) {},
-        [&](std::string_view name) {
-            bool known = std::find(k_placeholders.begin(), k_placeholders.end(), name) !=
-                         k_placeholders.end();
-            if (!known && unknown.empty()) unknown = "{" + std::string(name) + "}";
-        });
-    if (!error.empty() || unknown.empty()) return error;
-    return "unknown placeholder " + unknown +
-           " (known: {rank}, {local_rank}, {node_rank}, {role}; {{ and }} are literal braces)";
-}
-
 LogMux::LogMux(boost::asio::io_context& io, Options options)
     : m_impl(std::make_unique<Impl>(io, std::move(options))) {}
 
@@ -519,20 +405,23 @@ LogMux::~LogMux() {
     drain_and_close_all();
 }
 
-std::string LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
-                               const StreamSink& out, const StreamSink& err) {
+Status LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
+                          const StreamSink& out, const StreamSink& err) {
     Impl& impl = *m_impl;
     auto previous = impl.workers.find(id);
     if (previous != impl.workers.end()) impl.read_worker_now(previous->second, true);
 
     std::string prefix = expand_prefix(impl.options.prefix_template, source);
-    std::string error;
+    Status error;
     Impl::Worker worker;
     worker.tail = std::make_shared<StderrTail>(impl.options.tail_lines);
-    worker.out = impl.open_stream(stdout_fd, &impl.consoles[0], prefix, out, error);
-    worker.err = impl.open_stream(stderr_fd, impl.stderr_console, prefix, err, error);
-    worker.err->tail = worker.tail;
+    worker.out = impl.open_stream(stdout_fd, fmt::format("worker {}'s stdout", id),
+                                  &impl.consoles[0], prefix, out, error);
+    worker.err = impl.open_stream(stderr_fd, fmt::format("worker {}'s stderr", id),
+                                  impl.stderr_console, prefix, err, error);
+    if (worker.err) worker.err->tail = worker.tail;
     for (const auto& stream : {worker.out, worker.err}) {
+        if (!stream) continue;
         boost::asio::post(impl.io, [stream] {
             if (stream->open) stream->mux->pump(stream);
         });

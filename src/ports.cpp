@@ -7,48 +7,57 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include <cerrno>
-#include <cstring>
+#include <string_view>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "ddprun/text.hpp"
 
 namespace ddprun {
 
-std::expected<PortReservation, std::string> PortReservation::reserve() {
+std::expected<PortReservation, Error> PortReservation::reserve() {
     PortReservation reservation;
     reservation.m_fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!reservation.m_fd) return std::unexpected(std::string("socket: ") + std::strerror(errno));
+    if (!reservation.m_fd) return std::unexpected(system_error("socket"));
+    // Without it rank 0's store could not listen on the port this socket holds.
     int one = 1;
-    ::setsockopt(reservation.m_fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::setsockopt(reservation.m_fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+        return std::unexpected(system_error("setsockopt(SO_REUSEADDR)"));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
     addr.sin_port = 0;
     if (::bind(reservation.m_fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-        return std::unexpected(std::string("bind to a free port: ") + std::strerror(errno));
+        return std::unexpected(system_error("bind to a free port"));
     socklen_t len = sizeof addr;
     if (::getsockname(reservation.m_fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-        return std::unexpected(std::string("getsockname: ") + std::strerror(errno));
+        return std::unexpected(system_error("getsockname"));
     reservation.m_port = ntohs(addr.sin_port);
     return reservation;
 }
 
-}  // namespace ddprun
-
-namespace ddprun {
-
-Endpoint split_endpoint(const std::string& text, int default_port) {
+std::expected<Endpoint, Error> split_endpoint(const std::string& text, int default_port) {
     Endpoint endpoint{text, default_port};
     std::size_t colon = std::string::npos;
     if (text.starts_with('[')) {
         auto close = text.find(']');
+        if (close == std::string::npos)
+            return std::unexpected(usage_error(fmt::format(
+                "endpoint '{}': unclosed [ in an IPv6 address (e.g. [::1]:29400)", text)));
         endpoint.host = text.substr(1, close - 1);
         if (close + 1 < text.size() && text[close + 1] == ':') colon = close + 1;
     } else if (text.find(':') == text.rfind(':')) {
         colon = text.find(':');
         endpoint.host = text.substr(0, colon);
     }
-    if (colon != std::string::npos && colon + 1 < text.size())
-        endpoint.port = std::stoi(text.substr(colon + 1));
+    if (colon != std::string::npos && colon + 1 < text.size()) {
+        auto port = to_integer(std::string_view(text).substr(colon + 1));
+        if (!port || *port < 0 || *port > 65535)
+            return std::unexpected(usage_error(fmt::format(
+                "endpoint '{}': the port is not a number 0-65535 (e.g. node0:29400)", text)));
+        endpoint.port = static_cast<int>(*port);
+    }
     return endpoint;
 }
 

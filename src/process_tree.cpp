@@ -8,39 +8,55 @@
 #include <time.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "ddprun/text.hpp"
 
 namespace ddprun {
 
-std::string become_subreaper() {
+Status become_subreaper() {
     if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
-        return std::string("prctl(PR_SET_CHILD_SUBREAPER): ") + std::strerror(errno);
+        return std::unexpected(system_error("prctl(PR_SET_CHILD_SUBREAPER)"));
     return {};
 }
 
-std::vector<pid_t> children_of(pid_t parent) {
+std::expected<std::vector<pid_t>, Error> children_of(pid_t parent) {
     std::vector<pid_t> children;
     DIR* proc = ::opendir("/proc");
-    if (!proc) return children;
-    while (dirent* entry = ::readdir(proc)) {
-        if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-        char path[300];
-        std::snprintf(path, sizeof path, "/proc/%s/stat", entry->d_name);
-        std::ifstream stat(path);
+    if (proc == nullptr) return std::unexpected(system_error("opendir(/proc)"));
+    for (;;) {
+        errno = 0;  // how readdir tells an error from the end
+        dirent* entry = ::readdir(proc);
+        if (entry == nullptr) break;
+        auto pid = to_integer(entry->d_name);
+        if (!pid || *pid <= 0) continue;  // not a process
+        // A process may end while we look: its stat is then gone, and so is it.
+        std::ifstream stat(fmt::format("/proc/{}/stat", *pid));
         std::string line;
         if (!std::getline(stat, line)) continue;
         // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
         auto close = line.rfind(')');
         if (close == std::string::npos) continue;
-        char state = 0;
-        int ppid = 0;
-        if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
-        if (ppid == parent) children.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+        std::string_view fields = std::string_view(line).substr(close + 1);
+        // " S PPID ...": the state, then the parent's pid.
+        fields = trim(fields);
+        auto space = fields.find(' ', 1);
+        if (space == std::string_view::npos) continue;
+        fields.remove_prefix(space + 1);
+        auto ppid = to_integer(fields.substr(0, fields.find(' ')));
+        if (ppid && *ppid == parent) children.push_back(static_cast<pid_t>(*pid));
     }
+    int read_error = errno;
     ::closedir(proc);
+    if (read_error != 0) {
+        errno = read_error;
+        return std::unexpected(system_error("readdir(/proc)"));
+    }
     return children;
 }
 
@@ -48,17 +64,21 @@ void reap_exited(const std::function<void(pid_t, int)>& on_reaped) {
     for (;;) {
         int status = 0;
         pid_t pid = ::waitpid(-1, &status, WNOHANG);
+        if (pid < 0 && errno == EINTR) continue;
+        // 0: children left, none exited; ECHILD: no child at all.
         if (pid <= 0) return;
         if (on_reaped) on_reaped(pid, status);
     }
 }
 
-int sweep_children(std::chrono::milliseconds bound,
-                   const std::function<void(pid_t, int)>& on_reaped) {
+std::expected<int, Error> sweep_children(std::chrono::milliseconds bound,
+                                         const std::function<void(pid_t, int)>& on_reaped) {
     const auto deadline = std::chrono::steady_clock::now() + bound;
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
+    // The first kill that failed for another reason than the child being gone.
+    std::optional<Error> kill_error;
     for (;;) {
         // For a subreaper, no child means no descendant at all: a living descendant's parent
         // is either alive (so some ancestor of it is our child) or it was reparented to us.
@@ -66,24 +86,40 @@ int sweep_children(std::chrono::milliseconds bound,
         int status = 0;
         pid_t pid = ::waitpid(-1, &status, WNOHANG);
         if (pid < 0 && errno == ECHILD) return 0;
+        if (pid < 0 && errno != EINTR) return std::unexpected(system_error("waitpid"));
         if (pid > 0) {
             if (on_reaped) on_reaped(pid, status);
             continue;
         }
         auto children = children_of(::getpid());
-        for (pid_t child : children) {
-            if (::getpgid(child) == child) ::kill(-child, SIGKILL);
-            ::kill(child, SIGKILL);
+        if (!children) return std::unexpected(children.error());
+        for (pid_t child : *children) {
+            // ESRCH: it is already gone (or, for the group, it leads none).
+            if (::getpgid(child) == child && ::kill(-child, SIGKILL) != 0 && errno != ESRCH &&
+                !kill_error)
+                kill_error = system_error(fmt::format("kill(-{}, SIGKILL)", child));
+            if (::kill(child, SIGKILL) != 0 && errno != ESRCH && !kill_error)
+                kill_error = system_error(fmt::format("kill({}, SIGKILL)", child));
         }
         auto left = deadline - std::chrono::steady_clock::now();
-        if (left <= std::chrono::milliseconds::zero())
-            return static_cast<int>(children_of(::getpid()).size());
+        if (left <= std::chrono::milliseconds::zero()) {
+            auto still = children_of(::getpid());
+            if (!still) return std::unexpected(still.error());
+            if (!still->empty() && kill_error) {
+                kill_error->message = fmt::format("{} process(es) of the job are still alive: {}",
+                                                  still->size(), kill_error->message);
+                return std::unexpected(*kill_error);
+            }
+            return static_cast<int>(still->size());
+        }
         // Wait for the next child to change state; a short cap covers a SIGCHLD
         // that was already consumed before the children list was read.
         auto wait = std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(50));
         timespec ts{static_cast<time_t>(wait.count() / 1000000000),
                     static_cast<long>(wait.count() % 1000000000)};
-        ::sigtimedwait(&chld, nullptr, &ts);
+        // EAGAIN: the cap passed; EINTR: another signal. Either way, look again.
+        if (::sigtimedwait(&chld, nullptr, &ts) < 0 && errno != EAGAIN && errno != EINTR)
+            return std::unexpected(system_error("sigtimedwait"));
     }
 }
 

@@ -21,7 +21,7 @@ Error not_executable(const std::string& name, const std::string& why) {
     return {name + ": " + why, exit_code::kNotExecutable};
 }
 
-// Checks one candidate path; nullopt-like empty error message means usable.
+// Checks one candidate path: the path if it can be run, else why not.
 std::expected<std::string, Error> check_file(const std::string& shown, const std::string& path) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {

@@ -141,7 +141,12 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         else if (local_world_size > 1)
             unless_set(env, "OMP_NUM_THREADS", "1");
         unless_set(env, "PYTHONUNBUFFERED", "1");
-        unless_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+        // torch < 2.2 reads only the old name. A user who set either chose for both.
+        if (!inherited.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING") &&
+            !inherited.contains("NCCL_ASYNC_ERROR_HANDLING")) {
+            env.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+            env.emplace_back("NCCL_ASYNC_ERROR_HANDLING", "1");
+        }
         workers.push_back(std::move(w));
     }
     return workers;

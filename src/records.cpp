@@ -1,8 +1,8 @@
 // The records agents exchange through the rendezvous store (records.hpp) and
 // those only the protocol reads (records_internal.hpp): how each is written
-// and read, and the one-line messages that say what is wrong with one.
-// Anything read from the store may have been written by another version, a
-// stray client or by hand, so it is parsed as untrusted text.
+// and read. Anything read from the store may have been written by another
+// version, a stray client or by hand, so it is parsed as untrusted text
+// (record_json.hpp); the messages about it are worded in record_messages.cpp.
 #include "ddprun/records.hpp"
 
 #include <algorithm>
@@ -13,219 +13,22 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/text.hpp"
+#include "record_json.hpp"
 #include "records_internal.hpp"
 
 namespace ddprun {
 
-namespace {
-
+using detail::FieldReader;
+using detail::k_max_message_bytes;
+using detail::k_max_record_bytes;
+using detail::k_max_tail_line_bytes;
+using detail::k_max_tail_lines;
+using detail::parse_object;
+using detail::string_field;
+using detail::truncated;
 using nlohmann::json;
 
-// A membership of thousands of nodes is a few MiB; past this it is not ours.
-constexpr std::size_t k_max_record_bytes = 64 * 1024 * 1024;
-// Our records are three levels deep; the limit keeps hostile text from
-// costing stack in the recursive parser.
-constexpr int k_max_json_depth = 16;
-constexpr std::size_t k_max_tail_lines = 20;
-constexpr std::size_t k_max_tail_line_bytes = 500;
-constexpr std::size_t k_max_message_bytes = 4000;
-// Values quoted in a one-line message.
-constexpr std::size_t k_max_quoted_bytes = 80;
-// Node lists in a one-line message, as ranges: "0-3, 7".
-constexpr std::size_t k_max_listed_ranges = 16;
-
-std::string truncated(std::string_view text, std::size_t limit) {
-    if (text.size() <= limit) return std::string(text);
-    return std::string(text.substr(0, limit)) + "...";
-}
-
-}  // namespace
-
-// ---------------------------------------------------------------------------
-// Messages
-
-namespace detail {
-
-std::string quote_value(std::string_view text) {
-    std::string one_line(text);
-    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
-    return "'" + truncated(one_line, k_max_quoted_bytes) + "'";
-}
-
-std::string describe_nodes(std::vector<int> ranks) {
-    std::sort(ranks.begin(), ranks.end());
-    std::string text = ranks.size() == 1 ? "node " : "nodes ";
-    std::size_t listed = 0;
-    for (std::size_t i = 0; i < ranks.size();) {
-        std::size_t j = i;
-        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-        if (listed == k_max_listed_ranges) {
-            text += fmt::format(", ... ({} in all)", ranks.size());
-            break;
-        }
-        if (listed > 0) text += ", ";
-        text += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
-        ++listed;
-        i = j + 1;
-    }
-    return text;
-}
-
-std::string describe_agent(const std::string& host, std::int64_t pid) {
-    return fmt::format("{} (agent pid {})", host.empty() ? "?" : host, pid);
-}
-
-std::string malformed(const std::string& key, const std::string& why) {
-    return fmt::format("rendezvous: malformed record under '{}': {}", key, why);
-}
-
-}  // namespace detail
-
 namespace {
-
-// ---------------------------------------------------------------------------
-// Parsing untrusted JSON
-
-std::expected<json, std::string> parse_object(std::string_view text) {
-    if (text.empty()) return std::unexpected(std::string("empty record"));
-    if (text.size() > k_max_record_bytes)
-        return std::unexpected(fmt::format("record of {} bytes is too large", text.size()));
-    if (!json_nesting_within(text, k_max_json_depth))
-        return std::unexpected(std::string("nested too deeply"));
-    json value = json::parse(text, nullptr, false);
-    if (value.is_discarded()) return std::unexpected("not JSON: " + detail::quote_value(text));
-    if (!value.is_object())
-        return std::unexpected("not a JSON object: " + detail::quote_value(text));
-    return value;
-}
-
-// json::value() throws when the field has another type; this does not.
-std::string string_field(const json& object, const char* name) {
-    auto it = object.find(name);
-    if (it == object.end() || !it->is_string()) return {};
-    return it->get<std::string>();
-}
-
-// Reads fields of one object, remembering the first problem.
-class FieldReader {
-  public:
-    explicit FieldReader(const json& object) : m_object(object) {}
-
-    template <class Int>
-    void integer(const char* name, Int& out, Int min, Int max) {
-        const json* field = find(name);
-        if (field == nullptr) return;
-        if (!field->is_number_integer()) return fail(name, "is not an integer");
-        std::int64_t value = 0;
-        if (field->is_number_unsigned()) {
-            auto u = field->get<std::uint64_t>();
-            if (u > static_cast<std::uint64_t>(INT64_MAX)) return fail(name, "is out of range");
-            value = static_cast<std::int64_t>(u);
-        } else {
-            value = field->get<std::int64_t>();
-        }
-        if (value < static_cast<std::int64_t>(min) || value > static_cast<std::int64_t>(max))
-            return fail(name, fmt::format("is {}, out of range", value));
-        out = static_cast<Int>(value);
-    }
-
-    void text(const char* name, std::string& out, std::size_t limit = k_max_message_bytes) {
-        const json* field = find(name);
-        if (field == nullptr) return;
-        if (!field->is_string()) return fail(name, "is not a string");
-        out = truncated(field->get_ref<const std::string&>(), limit);
-    }
-
-    // A message ddprun prints as its one-line error: control characters (a
-    // newline from a stray writer) become spaces, and it must say something.
-    void line(const char* name, std::string& out) {
-        text(name, out);
-        if (!ok()) return;
-        std::replace_if(
-            out.begin(), out.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }, ' ');
-        if (out.find_first_not_of(' ') == std::string::npos) fail(name, "is empty");
-    }
-
-    void lines(const char* name, std::vector<std::string>& out) {
-        const json* field = find(name);
-        if (field == nullptr) return;
-        if (!field->is_array()) return fail(name, "is not a list");
-        out.clear();
-        std::size_t first = field->size() > k_max_tail_lines ? field->size() - k_max_tail_lines : 0;
-        for (std::size_t i = first; i < field->size(); ++i) {
-            const json& line = (*field)[i];
-            if (!line.is_string()) return fail(name, "holds something other than strings");
-            out.push_back(truncated(line.get_ref<const std::string&>(), k_max_tail_line_bytes));
-        }
-    }
-
-    // A list of exactly `count` integers in [min, max].
-    template <class Int>
-    void integers(const char* name, std::vector<Int>& out, std::size_t count, Int min, Int max) {
-        const json* field = list(name, count);
-        if (field == nullptr) return;
-        out.clear();
-        out.reserve(count);
-        for (const json& item : *field) {
-            if (!item.is_number_integer()) return fail(name, "holds something other than integers");
-            bool too_large = item.is_number_unsigned() &&
-                             item.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX);
-            auto value = too_large ? INT64_MAX : item.get<std::int64_t>();
-            if (too_large || value < static_cast<std::int64_t>(min) ||
-                value > static_cast<std::int64_t>(max))
-                return fail(name, fmt::format("holds {}, out of range", item.dump()));
-            out.push_back(static_cast<Int>(value));
-        }
-    }
-
-    // A list of exactly `count` strings.
-    void texts(const char* name, std::vector<std::string>& out, std::size_t count) {
-        const json* field = list(name, count);
-        if (field == nullptr) return;
-        out.clear();
-        out.reserve(count);
-        for (const json& item : *field) {
-            if (!item.is_string()) return fail(name, "holds something other than strings");
-            out.push_back(truncated(item.get_ref<const std::string&>(), k_max_message_bytes));
-        }
-    }
-
-    const json* find(const char* name) {
-        if (!m_error.empty()) return nullptr;
-        auto it = m_object.find(name);
-        if (it == m_object.end()) {
-            fail(name, "is missing");
-            return nullptr;
-        }
-        return &*it;
-    }
-
-    bool ok() const { return m_error.empty(); }
-    const std::string& error() const { return m_error; }
-
-  private:
-    const json* list(const char* name, std::size_t count) {
-        const json* field = find(name);
-        if (field == nullptr) return nullptr;
-        if (!field->is_array()) {
-            fail(name, "is not a list");
-            return nullptr;
-        }
-        if (field->size() != count) {
-            fail(name, fmt::format("lists {} nodes, not {}", field->size(), count));
-            return nullptr;
-        }
-        return field;
-    }
-
-    void fail(const char* name, const std::string& why) {
-        if (m_error.empty()) m_error = fmt::format("field '{}' {}", name, why);
-    }
-
-    const json& m_object;
-    std::string m_error;
-};
 
 // ---------------------------------------------------------------------------
 // The records' fields
@@ -331,64 +134,9 @@ std::expected<FailureRecord, std::string> failure_from(const json& object) {
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// Checking that the nodes agree
+// The records only the protocol reads
 
 namespace detail {
-
-namespace {
-
-// One field of the fingerprint, as text for messages.
-struct FingerprintField {
-    const char* name;
-    std::function<std::string(const Fingerprint&)> value;
-};
-
-const std::vector<FingerprintField>& fingerprint_fields() {
-    static const std::vector<FingerprintField> fields = {
-        {"nnodes", [](const Fingerprint& f) { return std::to_string(f.nnodes); }},
-        {"program and arguments", [](const Fingerprint& f) { return quote_value(f.program); }},
-        {"max_restarts", [](const Fingerprint& f) { return std::to_string(f.max_restarts); }},
-        {"run id", [](const Fingerprint& f) { return quote_value(f.run_id); }},
-        {"ddprun version", [](const Fingerprint& f) { return quote_value(f.version); }},
-    };
-    return fields;
-}
-
-}  // namespace
-
-std::string fingerprint_mismatch(const std::vector<NodeInfo>& nodes) {
-    std::string message;
-    for (const auto& field : fingerprint_fields()) {
-        std::vector<std::pair<std::string, std::vector<int>>> groups;
-        for (const auto& node : nodes) {
-            std::string value = field.value(node.fingerprint);
-            auto it = std::find_if(groups.begin(), groups.end(),
-                                   [&](const auto& group) { return group.first == value; });
-            if (it == groups.end())
-                groups.push_back({value, {node.node_rank}});
-            else
-                it->second.push_back(node.node_rank);
-        }
-        if (groups.size() < 2) continue;
-        message += message.empty() ? "" : "; ";
-        message += fmt::format("{} differ:", field.name);
-        for (std::size_t i = 0; i < groups.size(); ++i) {
-            message += fmt::format("{} {} on {}", i == 0 ? "" : ",", groups[i].first,
-                                   describe_nodes(groups[i].second));
-        }
-    }
-    return message;
-}
-
-std::string nnodes_mismatch(int node_zero_nnodes, int their_nnodes, int their_rank) {
-    return fmt::format(
-        "rendezvous: the nodes must run the same job, but nnodes differ: {} on node "
-        "0, {} on node {}",
-        node_zero_nnodes, their_nnodes, their_rank);
-}
-
-// ---------------------------------------------------------------------------
-// The records only the protocol reads
 
 std::string claim_json(const std::string& agent_id, const std::string& host, std::int64_t pid) {
     return json{{"agent_id", agent_id}, {"host", host}, {"pid", pid}}.dump();
@@ -512,6 +260,14 @@ std::string_view to_string(FailureKind kind) {
     for (const auto& [value, name] : k_failure_kinds)
         if (value == kind) return name;
     return "worker";
+}
+
+StopEvent store_lost(std::string message) {
+    StopEvent event;
+    event.kind = StopEvent::Kind::StoreLost;
+    event.message = std::move(message);
+    event.exit_code = exit_code::kRendezvous;
+    return event;
 }
 
 std::string to_json(const NodeInfo& info) {

@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <random>
 
 #include <fmt/format.h>
 
+#include "ddprun/text.hpp"
 #include "records_internal.hpp"
 
 namespace ddprun {
@@ -264,20 +264,18 @@ bool Rendezvous::publish_finished(int round, int nnodes) {
 
 StopEvent Rendezvous::wait_stop(int round, milliseconds timeout) noexcept {
     const std::string stop_key = key(round, "stop");
-    StopEvent event;
     try {
         m_store.wait({stop_key}, timeout);
         return detail::parse_stop(m_store.get(stop_key), stop_key);
     } catch (const StoreError& error) {
-        event.kind = error.kind() == StoreError::Kind::Timeout ? StopEvent::Kind::Timeout
-                                                               : StopEvent::Kind::StoreLost;
+        if (error.kind() != StoreError::Kind::Timeout) return store_lost(error.what());
+        StopEvent event;
+        event.kind = StopEvent::Kind::Timeout;
         event.message = error.what();
+        return event;
     } catch (const std::exception& error) {
-        event.kind = StopEvent::Kind::StoreLost;
-        event.message = fmt::format("rendezvous: {}", error.what());
+        return store_lost(fmt::format("rendezvous: {}", error.what()));
     }
-    if (event.kind == StopEvent::Kind::StoreLost) event.exit_code = exit_code::kRendezvous;
-    return event;
 }
 
 void Rendezvous::acknowledge(int round, int node_rank, int nnodes) {
@@ -302,19 +300,10 @@ void Rendezvous::beat(int round, int node_rank, std::int64_t seq) {
     m_store.set(key(round, fmt::format("hb/{}", node_rank)), std::to_string(seq));
 }
 
-namespace {
-std::optional<std::int64_t> parse_seq(const std::string& text) {
-    std::int64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-    return value;
-}
-}  // namespace
-
 std::optional<std::int64_t> Rendezvous::read_heartbeat(int round, int node_rank) {
     std::string hb_key = key(round, fmt::format("hb/{}", node_rank));
     if (!m_store.check({hb_key})) return std::nullopt;
-    return parse_seq(m_store.get(hb_key));
+    return to_integer(m_store.get(hb_key));
 }
 
 std::vector<std::optional<std::int64_t>> Rendezvous::read_heartbeats(int round, int nnodes) {
@@ -326,7 +315,7 @@ std::vector<std::optional<std::int64_t>> Rendezvous::read_heartbeats(int round, 
     bool all = m_store.check(keys);
     for (const auto& hb_key : keys) {
         if (all || m_store.check({hb_key}))
-            seqs.push_back(parse_seq(m_store.get(hb_key)));
+            seqs.push_back(to_integer(m_store.get(hb_key)));
         else
             seqs.push_back(std::nullopt);
     }

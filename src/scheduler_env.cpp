@@ -109,12 +109,8 @@ class Detector {
   public:
     Detector(const Environment& env, const GivenValues& given) : m_env(env), m_given(given) {
         // --standalone decides the shape: one node, its own store on 127.0.0.1.
-        if (auto it = given.find("standalone"); it != given.end()) {
-            std::string word;
-            for (char c : trim(it->second))
-                word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-            m_standalone = word == "1" || word == "true" || word == "yes" || word == "on";
-        }
+        if (auto it = given.find("standalone"); it != given.end())
+            m_standalone = to_bool(it->second).value_or(false);
     }
 
     std::expected<LaunchDefaults, Error> run() {

@@ -31,15 +31,6 @@ constexpr std::chrono::milliseconds k_kill_bound{10000};
 // answers): this long past join_timeout the join gives up on the store.
 constexpr std::chrono::milliseconds k_join_guard_slack{5000};
 
-// TODO(merge): records.hpp's store_lost().
-StopEvent store_lost_event(std::string message) {
-    StopEvent event;
-    event.kind = StopEvent::Kind::StoreLost;
-    event.message = std::move(message);
-    event.exit_code = exit_code::kRendezvous;
-    return event;
-}
-
 // What an opener thread hands back. The agent may give up on it (a signal) and
 // destroy the cluster while the thread is still blocked in a store call: the
 // thread then leaves its result unread, and the process exits soon after.
@@ -99,7 +90,7 @@ class StoreCluster final : public Cluster {
     void end_round(bool killed) override;
 
   private:
-    Coordinator::Options options() const;
+    std::expected<Coordinator::Options, Error> options() const;
     void joined(std::expected<RoundMembership, Error> result);
     void stop(StopEvent event);
     void watch_store();
@@ -121,12 +112,14 @@ class StoreCluster final : public Cluster {
     std::optional<StopEvent> m_stop;  // how the current round ended, once known
 };
 
-Coordinator::Options StoreCluster::options() const {
+std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     const auto& config = m_ctx.config;
     const RendezvousSettings& settings = config.rendezvous;
     Coordinator::Options options;
-    Endpoint endpoint = split_endpoint(
+    auto split = split_endpoint(
         config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint, 29400);
+    if (!split) return std::unexpected(split.error());
+    const Endpoint& endpoint = *split;
     options.store.host = endpoint.host;
     options.store.port = endpoint.port;
     options.store.timeout = settings.read_timeout;
@@ -158,7 +151,12 @@ Coordinator::Options StoreCluster::options() const {
 }
 
 void StoreCluster::open(Opened done) {
-    Coordinator::Options opts = options();
+    auto configured = options();
+    if (!configured) {
+        asio::post(m_io, [done, error = configured.error()] { done(std::unexpected(error)); });
+        return;
+    }
+    Coordinator::Options opts = *configured;
     m_node_rank = opts.me.node_rank;
     const bool may_fall_back = opts.store.is_server && !m_ctx.config.rendezvous.is_host;
     m_open_attempt = std::make_shared<OpenAttempt>();
@@ -248,8 +246,8 @@ void StoreCluster::joined(std::expected<RoundMembership, Error> result) {
         m_coordinator->on_broadcast_signal([this](int signal) {
             if (m_handlers.on_signal) m_handlers.on_signal(signal);
         });
-    m_coordinator->start_heartbeats(
-        m_node_rank, [this](std::string message) { stop(store_lost_event(message)); });
+    m_coordinator->start_heartbeats(m_node_rank,
+                                    [this](std::string message) { stop(store_lost(message)); });
     m_coordinator->watch(m_round, [this](StopEvent event) { stop(std::move(event)); });
     watch_store();
 
@@ -280,7 +278,7 @@ void StoreCluster::watch_store() {
     m_stall_timer.async_wait([this](boost::system::error_code ec) {
         if (ec || m_stop) return;
         if (m_coordinator->store_stalled()) {
-            stop(store_lost_event(fmt::format(
+            stop(store_lost(fmt::format(
                 "the rendezvous store stopped answering (no reply for over {} s: its host is "
                 "frozen or cut off)",
                 m_coordinator->options().heartbeat_timeout.count() / 1000)));

@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 
+#include <fmt/format.h>
+
+#include "ddprun/error.hpp"
 #include "ddprun/exit_codes.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/process_tree.hpp"
@@ -33,7 +35,8 @@ int exit_code_from_status(int status) {
 
 int supervise(const std::function<int()>& agent_main, const std::vector<int>& forwarded,
               const std::function<void()>& cleanup) {
-    if (auto err = become_subreaper(); !err.empty()) spdlog::warn("{}", err);
+    if (auto subreaper = become_subreaper(); !subreaper)
+        spdlog::warn("{}", subreaper.error().message);
 
     std::vector<int> waited = forwarded;
     waited.push_back(SIGCHLD);
@@ -45,18 +48,28 @@ int supervise(const std::function<int()>& agent_main, const std::vector<int>& fo
     const pid_t supervisor = ::getpid();
     const pid_t agent = ::fork();
     if (agent < 0) {
-        spdlog::error("fork: {}", std::strerror(errno));
+        spdlog::error("{}", system_error("fork").message);
         return exit_code::kInternal;
     }
     if (agent == 0) {
-        ::prctl(PR_SET_PDEATHSIG, parent_death_signal());
+        // Without it a SIGKILLed supervisor would leave the agent and the job running.
+        if (::prctl(PR_SET_PDEATHSIG, parent_death_signal()) != 0) {
+            spdlog::error("{}", system_error("prctl(PR_SET_PDEATHSIG)").message);
+            std::fflush(nullptr);
+            ::_exit(exit_code::kInternal);
+        }
         if (::getppid() != supervisor) ::_exit(exit_code::kSignalBase + SIGKILL);
         // Its own process group: a terminal's Ctrl-C reaches the supervisor only, which
         // forwards it once (the agent must count a second Ctrl-C, not a duplicate).
-        ::setpgid(0, 0);
+        if (::setpgid(0, 0) != 0) {
+            spdlog::error("{}", system_error("setpgid").message);
+            std::fflush(nullptr);
+            ::_exit(exit_code::kInternal);
+        }
         // The subreaper flag is not inherited across fork: the agent needs its own, so that
         // orphans of its workers come to it while it lives.
-        if (auto err = become_subreaper(); !err.empty()) spdlog::warn("{}", err);
+        if (auto subreaper = become_subreaper(); !subreaper)
+            spdlog::warn("{}", subreaper.error().message);
         int code = agent_main();
         std::fflush(nullptr);
         ::_exit(code);
@@ -69,7 +82,19 @@ int supervise(const std::function<int()>& agent_main, const std::vector<int>& fo
     for (bool agent_running = true; agent_running;) {
         siginfo_t info{};
         int sig = ::sigwaitinfo(&set, &info);
-        if (sig < 0) continue;  // EINTR
+        if (sig < 0 && errno == EINTR) continue;
+        if (sig < 0) {
+            // Cannot wait for signals, so cannot supervise: end the job now rather than
+            // spin or leave it unwatched.
+            spdlog::error("{}; stopping every process of the job",
+                          system_error("sigwaitinfo").message);
+            // Nothing more to do if even these fail: the sweep below kills what is left.
+            ::kill(agent, SIGKILL);
+            int status = 0;
+            while (::waitpid(agent, &status, 0) < 0 && errno == EINTR) {
+            }
+            break;
+        }
         if (sig == SIGCHLD) {
             reap_exited([&](pid_t pid, int status) {
                 if (pid != agent) return;  // an orphan of the job; swept below
@@ -84,11 +109,18 @@ int supervise(const std::function<int()>& agent_main, const std::vector<int>& fo
                         WTERMSIG(status));
             });
         } else if (sig != parent_death_signal()) {
-            ::kill(agent, sig);
+            // ESRCH cannot happen: the agent is not reaped yet, and a zombie takes signals.
+            if (::kill(agent, sig) != 0)
+                spdlog::error(
+                    "{}",
+                    system_error(fmt::format("kill({}, {})", agent, signal_name(sig))).message);
         }
     }
-    int left = sweep_children(k_sweep_bound);
-    if (left > 0) spdlog::error("{} process(es) of the job did not die after SIGKILL", left);
+    auto left = sweep_children(k_sweep_bound);
+    if (!left)
+        spdlog::error("{}", left.error().message);
+    else if (*left > 0)
+        spdlog::error("{} process(es) of the job did not die after SIGKILL", *left);
     if (cleanup) cleanup();
     return code;
 }

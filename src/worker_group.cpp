@@ -153,10 +153,10 @@ Status WorkerGroup::Impl::spawn_all() {
             err_sink.file_path = w.dir + "/stderr.log";
         }
         StreamSource source{w.spec.rank, lr, w.spec.node_rank, config.role};
-        if (auto msg = mux->add_worker(lr, source, out->first.release(), err->first.release(),
-                                       out_sink, err_sink);
-            !msg.empty())
-            return std::unexpected(Error{msg, exit_code::kUsage});
+        if (auto added = mux->add_worker(lr, source, out->first.release(), err->first.release(),
+                                         out_sink, err_sink);
+            !added)
+            return added;
     }
     return {};
 }
@@ -255,11 +255,13 @@ std::vector<std::string> WorkerGroup::finish() {
     impl.timer.cancel();
     // Whatever the workers left behind (grandchildren, daemons) dies with the round; the
     // group's own workers may still be reaped here if the loop stopped before their exit.
-    if (int left = sweep_children(impl.options.sweep_bound,
-                                  [this](pid_t pid, int status) { on_exit(pid, status); });
-        left > 0)
+    auto left = sweep_children(impl.options.sweep_bound,
+                               [this](pid_t pid, int status) { on_exit(pid, status); });
+    if (!left)
+        problems.push_back(left.error().message);
+    else if (*left > 0)
         problems.push_back(
-            fmt::format("{} process(es) left by the workers did not die after SIGKILL", left));
+            fmt::format("{} process(es) left by the workers did not die after SIGKILL", *left));
     if (!impl.mux) return problems;
     impl.mux->drain_and_close_all();
     for (auto& w : impl.workers)

@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <cstddef>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "ddprun/error.hpp"
+#include "ddprun/prefix_template.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -17,28 +19,11 @@ class io_context;
 
 namespace ddprun {
 
-// Identity of one worker stream's source, used to expand the prefix template.
-struct StreamSource {
-    int rank = 0;
-    int local_rank = 0;
-    int node_rank = 0;
-    std::string role = "default";
-};
-
 // Where one worker stream goes.
 struct StreamSink {
     bool console = true;    // shown on ddprun's stdout (for stdout) / stderr (for stderr)
     std::string file_path;  // empty: no file. Parent directories must exist.
 };
-
-// Expands "{rank}", "{local_rank}", "{node_rank}", "{role}" in a prefix
-// template. "{{" and "}}" are literal braces. Returns "" for an empty template.
-// Pure; exposed for tests. Unknown placeholders are left as written
-// (validate_prefix_template rejects them at the CLI).
-std::string expand_prefix(const std::string& tmpl, const StreamSource& source);
-
-// "" if the template is valid, else a message naming the bad placeholder.
-std::string validate_prefix_template(const std::string& tmpl);
 
 // The io_context must outlive the LogMux and be run by a single thread (the
 // agent's loop): pipes are read in their readiness handlers, and draining
@@ -62,12 +47,14 @@ class LogMux {
 
     // Starts carrying a worker's streams. Takes ownership of both read ends
     // (they are made non-blocking). `id` is the caller's handle for the worker
-    // (the agent uses the local rank). Fails (returns a message) only when a
-    // log file cannot be opened; the pipes are carried anyway (console, tail,
-    // the other file), so no output is lost while the caller decides what to do.
+    // (the agent uses the local rank). Fails when a log file cannot be opened:
+    // the pipes are carried anyway (console, tail, the other file), so no
+    // output is lost while the caller decides what to do. Fails too when a pipe
+    // cannot be made non-blocking (not a pipe?): that one is closed at once.
+    // Either error names the call and the file or the worker's stream.
     // Adding an id again (next round) first drains and closes its old pipes.
-    std::string add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
-                           const StreamSink& out, const StreamSink& err);
+    Status add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
+                      const StreamSink& out, const StreamSink& err);
 
     // Reads what worker `id`'s pipes hold right now, without waiting, and
     // carries it as usual (a pipe at EOF is closed). The agent calls it when a
@@ -82,10 +69,9 @@ class LogMux {
     // off: what it wrote so far is carried, later writes get EPIPE.
     void drain_and_close_all();
 
-    // The last `tail_lines` lines the worker wrote to stderr (without prefix or
-    // terminator), oldest first; a final line without newline counts. Lines end
-    // at '\n'; of a progress-bar line only the text after its last '\r' is
-    // kept (what a terminal showed). Kept after drain_and_close_all().
+    // The last `tail_lines` lines the worker wrote to stderr, as
+    // StderrTail::lines() gives them (stderr_tail.hpp). Kept after
+    // drain_and_close_all().
     std::vector<std::string> stderr_tail(int id) const;
 
     // True once every added pipe reached EOF (or was closed).

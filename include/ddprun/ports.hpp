@@ -7,15 +7,16 @@
 #include <expected>
 #include <string>
 
+#include "ddprun/error.hpp"
 #include "ddprun/fd.hpp"
 
 namespace ddprun {
 
 class PortReservation {
   public:
-    // Binds an ephemeral port on all addresses. Fails with a message only when
-    // the system has no socket or port to give.
-    static std::expected<PortReservation, std::string> reserve();
+    // Binds an ephemeral port on all addresses. Fails (naming the call) only
+    // when the system has no socket or port to give.
+    static std::expected<PortReservation, Error> reserve();
 
     int port() const { return m_port; }
 
@@ -33,8 +34,10 @@ struct Endpoint {
     int port = 0;
 };
 
-// Splits an already validated "host[:port]" or "[v6addr][:port]".
-Endpoint split_endpoint(const std::string& text, int default_port);
+// Splits "host[:port]", "[v6addr][:port]" or a bare IPv6 address (more than
+// one colon); `default_port` where no port is given. A port that is not a
+// number 0-65535 (e.g. --master_addr=node0:abc) is a usage error naming `text`.
+std::expected<Endpoint, Error> split_endpoint(const std::string& text, int default_port);
 
 // True when `host` names an address of this machine (any loopback address,
 // or one assigned to a local interface): the agents that may host the store.

@@ -8,25 +8,30 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <expected>
 #include <functional>
-#include <string>
 #include <vector>
+
+#include "ddprun/error.hpp"
 
 namespace ddprun {
 
-// Makes the calling process a child subreaper. Returns "" or an error message.
-std::string become_subreaper();
+// Makes the calling process a child subreaper; the error names the call.
+Status become_subreaper();
 
-// The pids whose parent is `parent`, from /proc.
-std::vector<pid_t> children_of(pid_t parent);
+// The pids whose parent is `parent`, from /proc; an error when /proc cannot
+// be read.
+std::expected<std::vector<pid_t>, Error> children_of(pid_t parent);
 
 // SIGKILLs every child (and the process group it leads) and reaps, repeatedly,
 // until no child is left or `bound` has passed. SIGCHLD must be blocked in the
 // caller (it is waited for with sigtimedwait, not polled). `on_reaped` is
 // called for each reaped pid with its wait status. Returns the number of
-// children still present at the deadline (0 on success).
-int sweep_children(std::chrono::milliseconds bound,
-                   const std::function<void(pid_t, int)>& on_reaped = {});
+// children still present at the deadline (0 on success), or an error naming
+// the call that failed: /proc could not be read (the children are then not
+// known, so not killed), or a kill failed and children are left.
+std::expected<int, Error> sweep_children(std::chrono::milliseconds bound,
+                                         const std::function<void(pid_t, int)>& on_reaped = {});
 
 // Reaps every exited child without waiting; calls on_reaped for each.
 void reap_exited(const std::function<void(pid_t, int)>& on_reaped);

@@ -90,6 +90,10 @@ struct StopEvent {
     int exit_code = 0;  // what this node exits with: 0, the failure's code or kRendezvous
 };
 
+// The stop of a round whose store stopped answering (`message` says how):
+// kind StoreLost, exit code kRendezvous, wherever the loss is noticed.
+StopEvent store_lost(std::string message);
+
 // The records' wire format. parse_* never throw: the error says what is wrong
 // with the text (the caller adds where it came from).
 std::string to_json(const NodeInfo& info);

@@ -1,5 +1,7 @@
-// Report: what went wrong in a job, as data, and how to show it. Pure apart
-// from read_error_file(): failures in, one summary box and one exit code out.
+// Report: what went wrong in a job, as data, and how to show it. Pure:
+// failures in, one summary box and one exit code out. A worker's error message
+// comes from its error file (error_file.hpp, included for the callers that
+// fill WorkerOutcome from it).
 #pragma once
 
 #include <chrono>
@@ -8,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddprun/error_file.hpp"
 #include "ddprun/signals.hpp"
 
 namespace ddprun {
@@ -28,20 +31,6 @@ struct WorkerOutcome {
 
     bool failed() const { return signal != 0 || exit_code != 0; }
 };
-
-// The parts of torch's error file (written by @record at
-// TORCHELASTIC_ERROR_FILE) that the report shows. Tolerates every shape torch
-// has written: {"message": "..."}, {"message": {"message": "...",
-// "extraInfo": {"timestamp": "..."}}}; anything else yields nullopt, never an
-// exception.
-struct ErrorFileInfo {
-    std::string message;
-    std::string timestamp;  // as written, may be empty
-};
-std::optional<ErrorFileInfo> parse_error_file(std::string_view json);
-// Reads and parses; nullopt when the file is missing, unreadable, too large
-// (over 1 MiB) or malformed.
-std::optional<ErrorFileInfo> read_error_file(const std::string& path);
 
 // The exit code a worker's end maps to: its code, or 128+N for signal N.
 int exit_code_of(const WorkerOutcome& outcome);

@@ -1,7 +1,7 @@
 // Store: the key-value service agents coordinate through. Production uses
 // libtorch's c10d::TCPStore, reached through a plugin (libddprun_store.so)
 // that is dlopen'ed only for multi-node jobs, so a single-node run never loads
-// libtorch. Tests use MemoryStore. Every call may block (network) and must be
+// libtorch. The tests use MemoryStore (tests/support). Every call may block (network) and must be
 // made off the agent's event loop; each has a bound (the store's timeout).
 #pragma once
 
@@ -59,51 +59,6 @@ std::unique_ptr<Store> open_tcp_store(const StoreOptions& options);
 
 // True when the store plugin can be loaded (this build has libtorch).
 bool tcp_store_available();
-
-// An in-process store for tests (thread-safe; clone() shares the data).
-std::unique_ptr<Store> make_memory_store(std::chrono::milliseconds timeout);
-
-// Counts the operations made through it (its clones count separately): the
-// tests and bench/rendezvous_scale check that an agent's do not grow with N.
-class CountingStore final : public Store {
-  public:
-    explicit CountingStore(std::unique_ptr<Store> inner) : m_inner(std::move(inner)) {}
-
-    void set(const std::string& key, const std::string& value) override {
-        ++m_ops;
-        m_inner->set(key, value);
-    }
-    std::string get(const std::string& key) override {
-        ++m_ops;
-        return m_inner->get(key);
-    }
-    std::int64_t add(const std::string& key, std::int64_t delta) override {
-        ++m_ops;
-        return m_inner->add(key, delta);
-    }
-    std::string compare_set(const std::string& key, const std::string& expected,
-                            const std::string& desired) override {
-        ++m_ops;
-        return m_inner->compare_set(key, expected, desired);
-    }
-    bool check(const std::vector<std::string>& keys) override {
-        ++m_ops;
-        return m_inner->check(keys);
-    }
-    void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-        ++m_ops;
-        m_inner->wait(keys, timeout);
-    }
-    std::unique_ptr<Store> clone() override {
-        return std::make_unique<CountingStore>(m_inner->clone());
-    }
-
-    int ops() const { return m_ops; }
-
-  private:
-    std::unique_ptr<Store> m_inner;
-    int m_ops = 0;
-};
 
 // The plugin's entry point, looked up with dlsym. The version is in the name so
 // that a plugin left over from a build with a different Store cannot be used.

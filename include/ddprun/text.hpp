@@ -10,12 +10,17 @@
 
 namespace ddprun {
 
-inline std::string_view trim(std::string_view text) {
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
-        text.remove_prefix(1);
+// `text` without its trailing blanks (what a line shows).
+inline std::string_view trim_right(std::string_view text) {
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
         text.remove_suffix(1);
     return text;
+}
+
+inline std::string_view trim(std::string_view text) {
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
+        text.remove_prefix(1);
+    return trim_right(text);
 }
 
 // The whole of `text` (surrounding blanks allowed) as an integer, else nullopt.
@@ -25,6 +30,18 @@ inline std::optional<long long> to_integer(std::string_view text, int base = 10)
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
     if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
     return value;
+}
+
+// As to_integer, and a leading '+' as well ("+8"), as Python's int() reads
+// torchrun's flags: for numbers a user typed. "+-8" and "+ 8" are not numbers.
+inline std::optional<long long> to_flag_integer(std::string_view text) {
+    text = trim(text);
+    if (text.starts_with('+')) {
+        text.remove_prefix(1);
+        if (text.empty() || !std::isdigit(static_cast<unsigned char>(text.front())))
+            return std::nullopt;
+    }
+    return to_integer(text);
 }
 
 // A yes/no word, as every switch of ddprun takes it: 1|true|yes|on and

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "ddprun/cli.hpp"
+#include "ddprun/error_file.hpp"
 #include "ddprun/hostlist.hpp"
 #include "ddprun/rendezvous.hpp"
-#include "ddprun/report.hpp"
 
 namespace ddprun_fuzz {
 

@@ -49,6 +49,13 @@ TEST(Devices, LocatesEntriesByIndexUuidAndLegacyMigName) {
         {"MIG-GPU-8f2b7d22-bbbb/1/0", "0000:3b:00.0"},
         {"MIG-5c1e9a00-cccc", ""},  // a modern MIG name says nothing about its GPU
         {"x", ""},
+        {"01", "0000:3b:00.0"},
+        // Not indices, and never an exception, however long or odd.
+        {"99999999999999999999999", ""},
+        {"000000000000000000001", "0000:3b:00.0"},
+        {"+1", ""},
+        {"1x", ""},
+        {"1.0", ""},
     };
     for (const Case& c : cases)
         EXPECT_EQ(locate_devices({c.entry}, gpus), Strings{c.bus}) << c.entry;

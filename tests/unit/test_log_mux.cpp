@@ -120,9 +120,12 @@ class LogMuxTest : public ::testing::Test {
         return *m_mux;
     }
 
+    // "" when added, else the error's message.
     std::string add(int id, Worker& worker, const StreamSink& out = {},
                     const StreamSink& err = {}) {
-        return m_mux->add_worker(id, rank(id), worker.out.read_end, worker.err.read_end, out, err);
+        auto added =
+            m_mux->add_worker(id, rank(id), worker.out.read_end, worker.err.read_end, out, err);
+        return added ? std::string() : added.error().message;
     }
 
     // Runs the loop until `done` holds; false if the hang guard ran out.
@@ -149,64 +152,6 @@ class LogMuxTest : public ::testing::Test {
     int m_out_fd = -1;
     int m_err_fd = -1;
 };
-
-// ---------------------------------------------------------------- prefixes
-
-TEST(PrefixTemplate, ExpandsPlaceholders) {
-    StreamSource source;
-    source.rank = 12;
-    source.local_rank = 4;
-    source.node_rank = 1;
-    source.role = "trainer";
-    struct Case {
-        std::string tmpl;
-        std::string expected;
-    };
-    const std::vector<Case> cases = {
-        {"", ""},
-        {"[{rank}]: ", "[12]: "},
-        {"{node_rank}/{local_rank} {role}|", "1/4 trainer|"},
-        {"{rank}{rank}", "1212"},
-        {"{{rank}}", "{rank}"},
-        {"}}{{", "}{"},
-        {"{{{rank}}}", "{12}"},
-        {"{nope} ", "{nope} "},  // unknown: left as written
-        {"{rank", "{rank"},
-        {"a}b", "a}b"},
-        {"{}", "{}"},
-    };
-    for (const auto& c : cases) {
-        EXPECT_EQ(expand_prefix(c.tmpl, source), c.expected) << "template: " << c.tmpl;
-    }
-}
-
-TEST(PrefixTemplate, ValidationNamesTheProblem) {
-    struct Case {
-        std::string tmpl;
-        std::string error_contains;  // empty: valid
-    };
-    const std::vector<Case> cases = {
-        {"", ""},
-        {"[{rank}]: ", ""},
-        {"{role}-{node_rank}-{local_rank}: ", ""},
-        {"{{literal}} ", ""},
-        {"[{rnk}]: ", "unknown placeholder {rnk}"},
-        {"{}", "unknown placeholder {}"},
-        {"[{rank]: ", "unmatched '{' at character 2"},
-        {"[rank}]: ", "unmatched '}' at character 6"},
-        {"{ra{nk}", "unmatched '{' at character 1"},
-        {"{rank}}", "unmatched '}' at character 7"},
-    };
-    for (const auto& c : cases) {
-        std::string error = validate_prefix_template(c.tmpl);
-        if (c.error_contains.empty()) {
-            EXPECT_EQ(error, "") << "template: " << c.tmpl;
-        } else {
-            EXPECT_NE(error.find(c.error_contains), std::string::npos)
-                << "template: " << c.tmpl << " error: " << error;
-        }
-    }
-}
 
 // ---------------------------------------------------------------- console
 
@@ -565,6 +510,25 @@ TEST_F(LogMuxTest, UnopenableLogFileIsReportedAndOutputStillCarried) {
     w.close();
     ASSERT_TRUE(run_until_closed());
     EXPECT_EQ(console_out(), "[0]: kept\n");
+}
+
+TEST_F(LogMuxTest, APipeThatCannotBeWatchedIsAnErrorNamingTheCall) {
+    start();
+    Worker w;
+    int closed = ::dup(w.out.read_end);
+    ASSERT_GE(closed, 0);
+    ::close(closed);  // a descriptor number that is not open
+    auto added = m_mux->add_worker(0, rank(0), closed, w.err.read_end, {}, {});
+    ASSERT_FALSE(added);
+    EXPECT_NE(added.error().message.find("fcntl"), std::string::npos) << added.error().message;
+    EXPECT_NE(added.error().message.find("worker 0's stdout"), std::string::npos)
+        << added.error().message;
+    // The other stream is carried as usual.
+    w.err.write("still carried\n");
+    w.close();
+    ASSERT_TRUE(run_until_closed());
+    EXPECT_EQ(console_err(), "[0]: still carried\n");
+    ::close(w.out.read_end);  // never handed to the mux
 }
 
 // ---------------------------------------------------------------- tail

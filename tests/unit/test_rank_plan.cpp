@@ -101,6 +101,24 @@ TEST(RankPlan, InheritedDefaultsAreNotOverridden) {
     EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
 }
 
+// torch < 2.2 reads NCCL_ASYNC_ERROR_HANDLING, later ones TORCH_NCCL_ASYNC_ERROR_HANDLING.
+TEST(RankPlan, AsyncErrorHandlingIsSetUnderBothNames) {
+    auto env = env_of(plan_node(basic_config(2), {}, round_of({2}, 0), {}, "/e")[0]);
+    EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
+}
+
+TEST(RankPlan, AsyncErrorHandlingTheUserSetUnderEitherNameIsTheirChoice) {
+    for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
+        SCOPED_TRACE(name);
+        Environment inherited{{name, "0"}};
+        auto env = env_of(plan_node(basic_config(2), {}, round_of({2}, 0), inherited, "/e")[0]);
+        // The inherited one reaches the worker unchanged; the other is not added.
+        EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
+        EXPECT_FALSE(env.contains("NCCL_ASYNC_ERROR_HANDLING"));
+    }
+}
+
 TEST(RankPlan, OmpThreadsOnlyWithSeveralWorkers) {
     auto env = env_of(plan_node(basic_config(1), {}, round_of({1}, 0), {}, "/e")[0]);
     EXPECT_FALSE(env.contains("OMP_NUM_THREADS"));

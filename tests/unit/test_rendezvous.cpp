@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/rank_plan.hpp"
+#include "support/memory_store.hpp"
 
 namespace ddprun {
 namespace {
@@ -519,6 +520,46 @@ TEST(RendezvousRecords, EveryFailureKindRoundTrips) {
         ASSERT_TRUE(parsed) << parsed.error();
         EXPECT_EQ(parsed->kind, kind) << to_string(kind);
     }
+}
+
+TEST(RendezvousRecords, StoreLostIsARendezvousFailure) {
+    StopEvent lost = store_lost("rendezvous store at node0:29400: Connection reset by peer");
+    EXPECT_EQ(lost.kind, StopEvent::Kind::StoreLost);
+    EXPECT_EQ(lost.exit_code, exit_code::kRendezvous);
+    EXPECT_EQ(lost.message, "rendezvous store at node0:29400: Connection reset by peer");
+}
+
+// A store whose every call fails as a dropped connection does.
+class LostStore final : public Store {
+  public:
+    explicit LostStore(StoreError::Kind kind) : m_kind(kind) {}
+    void set(const std::string&, const std::string&) override { fail(); }
+    std::string get(const std::string&) override { fail(); }
+    std::int64_t add(const std::string&, std::int64_t) override { fail(); }
+    std::string compare_set(const std::string&, const std::string&, const std::string&) override {
+        fail();
+    }
+    bool check(const std::vector<std::string>&) override { fail(); }
+    void wait(const std::vector<std::string>&, std::chrono::milliseconds) override { fail(); }
+    std::unique_ptr<Store> clone() override { return std::make_unique<LostStore>(m_kind); }
+
+  private:
+    [[noreturn]] void fail() { throw StoreError(m_kind, "store gone"); }
+    StoreError::Kind m_kind;
+};
+
+TEST(RendezvousStop, AStoreErrorOtherThanATimeoutIsAStoreLost) {
+    for (auto kind : {StoreError::Kind::Connection, StoreError::Kind::Other}) {
+        LostStore store(kind);
+        StopEvent seen = Rendezvous(store, "job").wait_stop(0, 1s);
+        EXPECT_EQ(seen.kind, StopEvent::Kind::StoreLost);
+        EXPECT_EQ(seen.exit_code, exit_code::kRendezvous);
+        EXPECT_EQ(seen.message, "store gone");
+    }
+    LostStore timing_out(StoreError::Kind::Timeout);
+    StopEvent seen = Rendezvous(timing_out, "job").wait_stop(0, 1s);
+    EXPECT_EQ(seen.kind, StopEvent::Kind::Timeout);
+    EXPECT_EQ(seen.exit_code, 0);
 }
 
 TEST(RendezvousRecords, GarbageNeverThrows) {

@@ -24,6 +24,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/memory_store.hpp"
+
 namespace ddprun {
 namespace {
 

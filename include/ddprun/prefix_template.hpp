@@ -1,0 +1,29 @@
+// The prefix template of worker output lines (--log-prefix, default
+// "[{rank}]: "): which worker a line came from. Checked once at the command
+// line, expanded once per worker and round. Pure.
+#pragma once
+
+#include <string>
+
+#include "ddprun/error.hpp"
+
+namespace ddprun {
+
+// Identity of one worker stream's source, used to expand the prefix template.
+struct StreamSource {
+    int rank = 0;
+    int local_rank = 0;
+    int node_rank = 0;
+    std::string role = "default";
+};
+
+// Expands "{rank}", "{local_rank}", "{node_rank}", "{role}" in a prefix
+// template. "{{" and "}}" are literal braces. Returns "" for an empty template.
+// Unknown placeholders are left as written (validate_prefix_template rejects
+// them at the command line).
+std::string expand_prefix(const std::string& tmpl, const StreamSource& source);
+
+// A usage error naming the first bad placeholder or unmatched brace, if any.
+Status validate_prefix_template(const std::string& tmpl);
+
+}  // namespace ddprun

@@ -1,0 +1,89 @@
+// The prefix template of worker output lines (see prefix_template.hpp): one
+// walk over the template serves both the check at the command line and the
+// expansion, so the two can never disagree on what a placeholder is.
+#include "ddprun/prefix_template.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+namespace ddprun {
+
+namespace {
+
+constexpr std::array<std::string_view, 4> k_placeholders{"rank", "local_rank", "node_rank", "role"};
+
+// Walks a prefix template once: on_text gets literal text, on_placeholder the
+// name inside each "{name}". A stray brace is passed on as text. Returns the
+// first problem found, or "".
+template <typename OnText, typename OnPlaceholder>
+std::string parse_prefix(std::string_view tmpl, OnText&& on_text, OnPlaceholder&& on_placeholder) {
+    std::string error;
+    std::size_t i = 0;
+    while (i < tmpl.size()) {
+        std::size_t brace = tmpl.find_first_of("{}", i);
+        on_text(tmpl.substr(i, brace - i));
+        if (brace == std::string_view::npos) break;
+        char c = tmpl[brace];
+        if (brace + 1 < tmpl.size() && tmpl[brace + 1] == c) {  // "{{" or "}}"
+            on_text(tmpl.substr(brace, 1));
+            i = brace + 2;
+            continue;
+        }
+        std::size_t close = c == '{' ? tmpl.find_first_of("{}", brace + 1) : brace;
+        if (close == brace || close == std::string_view::npos || tmpl[close] != '}') {
+            if (error.empty()) {
+                error = std::string("unmatched '") + c + "' at character " +
+                        std::to_string(brace + 1) + " (write " + c + c + " for a literal brace)";
+            }
+            on_text(tmpl.substr(brace, 1));
+            i = brace + 1;
+            continue;
+        }
+        on_placeholder(tmpl.substr(brace + 1, close - brace - 1));
+        i = close + 1;
+    }
+    return error;
+}
+
+}  // namespace
+
+std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
+    std::string out;
+    parse_prefix(
+        tmpl, [&](std::string_view text) { out += text; },
+        [&](std::string_view name) {
+            if (name == "rank") {
+                out += std::to_string(source.rank);
+            } else if (name == "local_rank") {
+                out += std::to_string(source.local_rank);
+            } else if (name == "node_rank") {
+                out += std::to_string(source.node_rank);
+            } else if (name == "role") {
+                out += source.role;
+            } else {
+                out += '{';
+                out += name;
+                out += '}';
+            }
+        });
+    return out;
+}
+
+Status validate_prefix_template(const std::string& tmpl) {
+    std::string unknown;
+    std::string error = parse_prefix(
+        tmpl, [](std::string_view) {},
+        [&](std::string_view name) {
+            bool known = std::find(k_placeholders.begin(), k_placeholders.end(), name) !=
+                         k_placeholders.end();
+            if (!known && unknown.empty()) unknown = "{" + std::string(name) + "}";
+        });
+    if (!error.empty()) return std::unexpected(usage_error(std::move(error)));
+    if (unknown.empty()) return {};
+    return std::unexpected(usage_error(
+        "unknown placeholder " + unknown +
+        " (known: {rank}, {local_rank}, {node_rank}, {role}; {{ and }} are literal braces)"));
+}
+
+}  // namespace ddprun

@@ -1,0 +1,63 @@
+// Test doubles of Store (store.hpp), shared by the unit tests and
+// bench/rendezvous_scale: an in-process store and a store that counts the
+// operations made through it. Kept out of libddprun, which production uses.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddprun/store.hpp"
+
+namespace ddprun {
+
+// An in-process store (thread-safe; clone() shares the data). It fails as the
+// TCPStore does, with a StoreError: Timeout past `timeout`, Other for an add()
+// to a value that is not a number.
+std::unique_ptr<Store> make_memory_store(std::chrono::milliseconds timeout);
+
+// Counts the operations made through it (its clones count separately): the
+// tests and bench/rendezvous_scale check that an agent's do not grow with N.
+class CountingStore final : public Store {
+  public:
+    explicit CountingStore(std::unique_ptr<Store> inner) : m_inner(std::move(inner)) {}
+
+    void set(const std::string& key, const std::string& value) override {
+        ++m_ops;
+        m_inner->set(key, value);
+    }
+    std::string get(const std::string& key) override {
+        ++m_ops;
+        return m_inner->get(key);
+    }
+    std::int64_t add(const std::string& key, std::int64_t delta) override {
+        ++m_ops;
+        return m_inner->add(key, delta);
+    }
+    std::string compare_set(const std::string& key, const std::string& expected,
+                            const std::string& desired) override {
+        ++m_ops;
+        return m_inner->compare_set(key, expected, desired);
+    }
+    bool check(const std::vector<std::string>& keys) override {
+        ++m_ops;
+        return m_inner->check(keys);
+    }
+    void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+        ++m_ops;
+        m_inner->wait(keys, timeout);
+    }
+    std::unique_ptr<Store> clone() override {
+        return std::make_unique<CountingStore>(m_inner->clone());
+    }
+
+    int ops() const { return m_ops; }
+
+  private:
+    std::unique_ptr<Store> m_inner;
+    int m_ops = 0;
+};
+
+}  // namespace ddprun
