@@ -132,7 +132,7 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
                 "rendezvous timed out after {} ({})", seconds_text(timeout), error.what())));
         }
     } catch (const StoreError& error) {
-        Error failed{fmt::format("rendezvous failed: {}", error.what())};
+        Error failed = rendezvous_error(fmt::format("rendezvous failed: {}", error.what()));
         // The store answered but refused (garbage under a key): the others would wait for
         // this agent until join_timeout, so end the round for everyone with this line.
         if (error.kind() == StoreError::Kind::Other) {
