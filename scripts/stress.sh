@@ -36,11 +36,23 @@ iteration_bound=${ITERATION_BOUND:-3600}
 [[ -x $tests ]] || { echo "stress.sh: $tests not found; build first" >&2; exit 1; }
 mkdir -p "$log_dir"
 
+start=$SECONDS
+run=0
+failed_iterations=0
+failures=()  # "test name<TAB>log path"
+summary() {
+  echo
+  echo "stress.sh: $run iteration(s) run in $((SECONDS - start)) s, $failed_iterations failed"
+  for failure in "${failures[@]}"; do
+    printf '  %s\n    %s\n' "${failure%%$'\t'*}" "${failure#*$'\t'}"
+  done
+}
 hog_pid=
 cleanup() { [[ -z $hog_pid ]] || kill "$hog_pid" 2>/dev/null || true; }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# Interrupted: what ran so far (the interrupted iteration's log stays in the log dir).
+trap 'summary; exit 130' INT
+trap 'summary; exit 143' TERM
 if [[ ${HOG:-1} != 0 ]]; then
   last_cpu=$(($(nproc) - 1))
   taskset -c "$last_cpu" bash -c 'while :; do :; done' &
@@ -49,10 +61,6 @@ if [[ ${HOG:-1} != 0 ]]; then
 fi
 echo "stress.sh: $iterations iteration(s) of '$filter'; logs of failures in $log_dir"
 
-start=$SECONDS
-run=0
-failed_iterations=0
-failures=()  # "test name<TAB>log path"
 for ((i = 1; i <= iterations; i++)); do
   if ((duration > 0 && SECONDS - start >= duration)); then
     echo "stress.sh: DURATION ($duration s) reached"
@@ -75,9 +83,5 @@ for ((i = 1; i <= iterations; i++)); do
   echo "stress.sh: iteration $i FAILED: ${names[*]} (log: $log)"
 done
 
-echo
-echo "stress.sh: $run iteration(s) run in $((SECONDS - start)) s, $failed_iterations failed"
-for failure in "${failures[@]}"; do
-  printf '  %s\n    %s\n' "${failure%%$'\t'*}" "${failure#*$'\t'}"
-done
+summary
 ((failed_iterations == 0))
