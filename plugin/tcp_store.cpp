@@ -17,6 +17,9 @@
 //  - add() on a value that is not a number makes the server drop the connection;
 //  - an endpoint that is not a store hangs the client (no answer, no bound) or
 //    kills the process (a reset reaches c10d's own thread): probed first;
+//  - a client retries a refused connect for its whole timeout: right while the
+//    store's host starts, wrong once a store answered there (its host is gone;
+//    ddprun never restarts a store), so a reconnect gets k_reconnect_window;
 //  - it logs through glog to stderr, between ddprun's own one-line messages.
 #include <netdb.h>
 #include <poll.h>
@@ -51,6 +54,10 @@ using Kind = StoreError::Kind;
 // address, and the name the other nodes use may not resolve to this host here.
 constexpr const char* k_loopback = "127.0.0.1";
 constexpr std::chrono::milliseconds k_forever = std::chrono::milliseconds::max();
+// How long a connection to a store that answered before may be refused before the store
+// counts as gone. Waiting out the whole read timeout (60 s by default) there held a
+// surviving agent in its end of round long after the store's host had exited.
+constexpr std::chrono::milliseconds k_reconnect_window = std::chrono::seconds(1);
 // What a user can do about an occupied port, in the flags they know.
 constexpr const char* k_port_hint =
     "pick a free port with --rdzv_endpoint=HOST:PORT (or --master_port)";
@@ -341,21 +348,24 @@ class TcpStore final : public ddprun::Store {
     c10d::TCPStore& connected(std::chrono::milliseconds answer_within,
                               std::chrono::milliseconds connect_window = k_forever) {
         if (m_client) return *m_client;
+        // Only a store that never answered here may still be starting (see the top of the file).
+        if (m_known_store) connect_window = std::min(connect_window, k_reconnect_window);
+        connect_window = std::min(connect_window, connect_timeout(m_timeout));
         // c10d's client sleeps a whole second after a refused connect; an agent that starts
         // a moment before the store's host would lose that second. Probing the port every
         // 10 ms first costs nothing when the host is up, and the probe's request tells a
         // store from another program on the port.
-        probe_store(std::min(connect_window, connect_timeout(m_timeout)),
-                    std::min(answer_within, m_timeout));
+        probe_store(connect_window, std::min(answer_within, m_timeout));
+        // The probe got an answer: a refusal now means the store has just gone.
+        const auto c10d_window = connect_timeout(std::min(m_timeout, k_reconnect_window));
         try {
             m_client =
-                std::make_unique<c10d::TCPStore>(m_host, tcp_options(m_port, false, m_timeout));
+                std::make_unique<c10d::TCPStore>(m_host, tcp_options(m_port, false, c10d_window));
         } catch (...) {
             auto [kind, message] = classify_current_exception();
-            throw StoreError(Kind::Connection, "cannot connect to the rendezvous store at " +
-                                                   endpoint() + " within " +
-                                                   seconds_text(connect_timeout(m_timeout)) + " (" +
-                                                   message + ")");
+            throw StoreError(Kind::Connection,
+                             "cannot connect to the rendezvous store at " + endpoint() +
+                                 " within " + seconds_text(c10d_window) + " (" + message + ")");
         }
         m_client->setTimeout(m_timeout);
         return *m_client;
@@ -405,7 +415,7 @@ class TcpStore final : public ddprun::Store {
         } catch (const StoreError& error) {
             if (error.kind() != Kind::Connection) throw;
         }
-        return run(operation, key, request, k_forever, std::chrono::seconds(1));
+        return run(operation, key, request, k_forever, k_reconnect_window);
     }
 
     [[noreturn]] void throw_wait_timeout(const std::vector<std::string>& keys,

@@ -418,6 +418,7 @@ TEST(RendezvousJoin, AStoreThatRefusesOneAgentEndsTheJoinForAll) {
         ASSERT_FALSE(result.joined);
         EXPECT_TRUE(contains(error_of(result), "cannot add to 'ddprun/job/r0/joined'"))
             << error_of(result);
+        EXPECT_EQ(result.joined.error().exit_code, exit_code::kRendezvous);
     }
 }
 
