@@ -18,11 +18,21 @@
 
 #include "ddprun/binding.hpp"
 #include "ddprun/exit_codes.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/signals.hpp"
 
 namespace bp = boost::process;
 
 namespace ddprun {
 namespace {
+
+// In the child, before exec: says which call failed on whatever stderr the child
+// has (the agent's before the dup2s, the worker's pipe after) and exits 70.
+template <std::size_t N>
+[[noreturn]] void child_failed(const char (&message)[N]) {
+    (void)!::write(2, message, N - 1);
+    ::_exit(exit_code::kInternal);
+}
 
 // Runs in the child after fork, before exec: only async-signal-safe calls.
 struct ChildSetup {
@@ -33,29 +43,28 @@ struct ChildSetup {
     void operator()(auto& /*executor*/) const {
         // Own process group: the agent signals the worker and whatever it started in one call,
         // and a terminal's Ctrl-C reaches only ddprun, which then decides.
-        ::setpgid(0, 0);
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::setpgid(0, 0) != 0) child_failed("ddprun: cannot start a worker: setpgid failed\n");
+        if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+            child_failed("ddprun: cannot start a worker: prctl(PR_SET_PDEATHSIG) failed\n");
         // The agent may have died between fork and prctl: then no death signal will come.
         if (::getppid() != agent) ::_exit(exit_code::kSignalBase + SIGKILL);
         if (::dup2(stdio.in, 0) < 0 || ::dup2(stdio.out, 1) < 0 || ::dup2(stdio.err, 2) < 0)
-            ::_exit(exit_code::kInternal);
+            child_failed("ddprun: cannot start a worker: dup2 of its standard streams failed\n");
         // After the dup2s, so that the message reaches the worker's stderr pipe.
-        if (apply_binding(*binding) != 0) {
-            static const char k_msg[] =
-                "ddprun: cannot pin the worker to its CPUs (sched_setaffinity failed)\n";
-            (void)!::write(2, k_msg, sizeof k_msg - 1);
-            ::_exit(exit_code::kInternal);
-        }
+        if (apply_binding(*binding) != 0)
+            child_failed("ddprun: cannot pin the worker to its CPUs (sched_setaffinity failed)\n");
         // Like subprocess's close_fds: nothing of the agent's (or of whoever started the
         // agent) leaks into workers. CLOEXEC rather than close keeps Boost.Process's exec-error
         // pipe working until exec.
-        ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+        if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+            child_failed("ddprun: cannot start a worker: close_range failed\n");
         // The agent blocks signals (it reads them from a signalfd) and ignores SIGPIPE; both
         // survive exec, so restore the defaults a program expects.
-        ::signal(SIGPIPE, SIG_DFL);
         sigset_t none;
         sigemptyset(&none);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+        if (::signal(SIGPIPE, SIG_DFL) == SIG_ERR ||
+            ::sigprocmask(SIG_SETMASK, &none, nullptr) != 0)
+            child_failed("ddprun: cannot start a worker: restoring its signal mask failed\n");
     }
 };
 
@@ -87,7 +96,10 @@ std::expected<pid_t, Error> spawn_worker(const WorkerSpec& spec, const std::stri
 }
 
 void signal_worker_group(pid_t worker, int signal) {
-    if (::kill(-worker, signal) != 0 && errno == ESRCH) ::kill(worker, signal);
+    if (::kill(-worker, signal) == 0) return;
+    // No group (the worker left it, or is not quite in it yet): the worker itself.
+    if (errno == ESRCH && (::kill(worker, signal) == 0 || errno == ESRCH)) return;
+    spdlog::warn("kill({}, {}): {}", worker, signal_name(signal), std::strerror(errno));
 }
 
 }  // namespace ddprun

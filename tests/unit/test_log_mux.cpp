@@ -22,6 +22,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "ddprun/log_mux.hpp"
+#include "worker_fixture.hpp"
 
 namespace ddprun {
 namespace {
@@ -32,16 +33,7 @@ using namespace std::string_literals;
 // Bounds every wait in these tests; only reached when something hangs.
 constexpr auto k_hang_guard = 10s;
 
-std::string read_file(const std::filesystem::path& path) {
-    std::string data;
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return data;
-    char buf[65536];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) data.append(buf, static_cast<std::size_t>(n));
-    ::close(fd);
-    return data;
-}
+using testing::read_file;
 
 void write_all(int fd, std::string_view data) {
     while (!data.empty()) {
