@@ -49,6 +49,7 @@ struct Agent::Impl {
     int node_rank = -1;   // -1 until the first join assigns it
     int stop_signal = 0;  // the signal that stopped this agent, 0 if none
     bool failure_published = false;
+    bool kill_requested = false;          // another node asked every node to kill its workers
     std::optional<StopEvent> stop_event;  // how the round ended job-wide
 
     Impl(LaunchContext context, ClusterFactory factory, WorkerGroup::Options worker_options)
@@ -119,6 +120,8 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
     RoundHandlers handlers;
     handlers.on_stop = [this](StopEvent event) { on_round_stop(std::move(event)); };
     handlers.on_kill = [this] {
+        // The kill may arrive before this node has read the stop it follows: kept for then.
+        kill_requested = true;
         if (phase != Phase::Stopping) return;
         spdlog::info("another node was told twice to stop; killing workers");
         kill_now();
@@ -130,6 +133,7 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
     std::optional<std::expected<RoundInfo, Error>> joined;
     // The round's stop may come as soon as the join is done, before the workers start.
     failure_published = false;
+    kill_requested = false;
     stop_event.reset();
     phase = Phase::Joining;
     cluster->join(round, master_port, std::move(handlers),
@@ -157,6 +161,9 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
         cluster->abort(fmt::format("node {} ({}) could not start its workers: {}", node_rank,
                                    ctx.host, started.error().message),
                        started.error().exit_code);
+        // This node knows the outcome already: it does not wait for the abort to come back.
+        stop_event = StopEvent{
+            StopEvent::Kind::Abort, {}, started.error().message, started.error().exit_code};
         kill_now();
     } else if (stop_event && stop_event->kind != StopEvent::Kind::Done) {
         begin_stop(SIGTERM);  // another node failed while this one was still starting
@@ -244,8 +251,21 @@ void Agent::Impl::on_stop_signal(int signal) {
                                                node_rank, ctx.host, signal_name(signal)));
             return;
         case Phase::Stopping:
+            if (!stop_signal) {
+                // The workers are stopping already (another node's stop, or a failure here)
+                // and this is the first signal this node got: a scheduler's stop reaches every
+                // node, often after the one relayed through the store. One stop, one grace;
+                // only a second signal to this node kills.
+                spdlog::info(
+                    "received {}; the workers are already stopping (send it again to kill them "
+                    "at once)",
+                    signal_name(signal));
+                stop_signal = signal;
+                publish_signal(signal, fmt::format("the ddprun agent of node {} ({}) received {}",
+                                                   node_rank, ctx.host, signal_name(signal)));
+                return;
+            }
             spdlog::info("received {} again; killing workers", signal_name(signal));
-            if (!stop_signal) stop_signal = signal;
             cluster->publish_kill();
             kill_now();
             return;
@@ -275,6 +295,10 @@ void Agent::Impl::on_round_stop(StopEvent event) {
 }
 
 void Agent::Impl::begin_stop(int signal) {
+    if (kill_requested) {
+        spdlog::info("another node was told twice to stop; killing workers");
+        return kill_now();
+    }
     phase = Phase::Stopping;
     workers.stop(signal, ctx.config.shutdown_timeout);
     finish_round_if_done();
@@ -290,9 +314,10 @@ void Agent::Impl::kill_now() {
 void Agent::Impl::finish_round_if_done() {
     if (workers.running() > 0) return;
     if (phase != Phase::Running && phase != Phase::Stopping && phase != Phase::Killing) return;
-    // The round ends when its job-wide outcome is known, or this agent was killed (it must
-    // not wait for anyone then).
-    if (!stop_event && phase != Phase::Killing) return;
+    // The round ends when its job-wide outcome is known, or this agent was signalled to kill
+    // (twice, or its supervisor died): it must not wait for anyone then. A kill asked by
+    // another node still waits for the stop it follows, which names the round's outcome.
+    if (!stop_event && !(phase == Phase::Killing && stop_signal)) return;
     phase = Phase::Done;
 }
 

@@ -19,6 +19,9 @@
 //   trap-exit <signal>      on <signal> print "got <SIGNAME>" and die of it
 //   wait-signal             wait (30 s at most) for SIGUSR1/SIGUSR2, print "got SIGUSR1";
 //                           exits 98 with "no signal" on stderr if none came
+//   save-on-term <seconds>  wait (30 s at most) for SIGTERM, then take <seconds> to "save a
+//                           checkpoint", print "saved rank <RANK>" and exit 0 (a SIGKILL
+//                           meanwhile loses the save); exits 98 if no SIGTERM came
 //   wait-file <path>        wait (30 s at most) until <path> exists; exit 97 if it never does
 //   ready <path>            create <path> (so a test knows the worker runs this far)
 //   spawn-grandchild [setsid]  fork a child that sleeps forever (after setsid())
@@ -340,6 +343,21 @@ void wait_signal() {
     }
 }
 
+void save_on_term(std::chrono::duration<double> saving) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    timespec timeout{static_cast<time_t>(k_wait_bound.count()), 0};
+    while (::sigtimedwait(&set, nullptr, &timeout) < 0) {
+        if (errno == EINTR) continue;
+        write_all(2, "no SIGTERM\n");
+        std::_Exit(k_wait_signal_timeout_exit);
+    }
+    sleep_for(saving);
+    write_all(1, "saved rank " + env_or("RANK", "?") + "\n");
+    std::_Exit(0);
+}
+
 void wait_file(const std::string& path) {
     auto deadline = std::chrono::steady_clock::now() + k_wait_bound;
     struct stat info {};
@@ -405,9 +423,10 @@ class Interpreter {
             return at + 1;
         }
         static constexpr std::string_view k_with_value[] = {
-            "print",     "stderr",    "partial", "partial-stderr",   "flood",
-            "exit",      "raise",     "sleep",   "ignore",           "trap",
-            "trap-exit", "wait-file", "ready",   "write-error-file", "huge-line",
+            "print",        "stderr",    "partial", "partial-stderr",   "flood",
+            "exit",         "raise",     "sleep",   "ignore",           "trap",
+            "trap-exit",    "wait-file", "ready",   "write-error-file", "huge-line",
+            "save-on-term",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {
@@ -468,6 +487,12 @@ class Interpreter {
             double seconds = std::strtod(value.c_str(), &end);
             if (end == value.c_str() || *end != '\0' || seconds < 0) usage("bad sleep: " + value);
             sleep_for(std::chrono::duration<double>(seconds));
+        } else if (action == "save-on-term") {
+            char* end = nullptr;
+            double seconds = std::strtod(value.c_str(), &end);
+            if (end == value.c_str() || *end != '\0' || seconds < 0)
+                usage("bad save-on-term: " + value);
+            save_on_term(std::chrono::duration<double>(seconds));
         } else if (action == "ignore") {
             ::signal(parse_signal(value), SIG_IGN);
         } else if (action == "trap" || action == "trap-exit") {
@@ -500,6 +525,16 @@ int main(int argc, char** argv) {
     std::span<char*> args(argv + 1, static_cast<std::size_t>(argc - 1));
     // SIGUSR1/2 are blocked up front when a wait-signal follows, so a signal
     // forwarded before the worker reaches it stays pending instead of killing it.
+    // SIGTERM likewise when a save-on-term follows.
+    for (char* arg : args) {
+        if (std::string_view(arg) == "save-on-term") {
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, SIGTERM);
+            ::sigprocmask(SIG_BLOCK, &set, nullptr);
+            break;
+        }
+    }
     for (char* arg : args) {
         if (std::string_view(arg) == "wait-signal") {
             sigset_t set;

@@ -665,6 +665,46 @@ INSTANTIATE_TEST_SUITE_P(MultiNode, MultiNodeSignalToOneAgent,
                              return param_info.param.name;
                          });
 
+// A scheduler's stop (scancel, a time limit, preemption, a pod deletion)
+// signals every node, each at its own moment, while the first node to get it
+// relays the stop through the store. The relayed stop and a node's own signal
+// are one stop with one grace: workers that take 2 s to save a checkpoint on
+// SIGTERM save it on every node, whatever the delay between the two signals.
+class MultiNodeSchedulerStop : public MultiNodeTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(MultiNodeSchedulerStop, EveryNodeKeepsTheGraceWhenEveryNodeIsSignalled) {
+    const auto delay = std::chrono::milliseconds(GetParam());
+    Job job;
+    const std::vector<std::string> actions = {"ready", m_dir + "/ready.{rank}", "save-on-term",
+                                              "2"};
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = actions}));
+    agents.push_back(start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    agents[1]->send_signal(SIGTERM);
+    std::this_thread::sleep_for(delay);  // the delay under test, not a wait for an event
+    agents[0]->send_signal(SIGTERM);
+    auto r = wait_nodes(agents);
+    for (int node = 0; node < 2; ++node) {
+        SCOPED_TRACE(fmt::format("node {}", node));
+        const auto& result = r[static_cast<std::size_t>(node)];
+        EXPECT_FALSE(result.timed_out) << describe_all(r);
+        EXPECT_EQ(result.exit_code, 128 + SIGTERM) << describe_all(r);
+        auto out = lines_by_rank(result.out);
+        for (int rank : {node * 2, node * 2 + 1})
+            EXPECT_EQ(out[rank], std::vector<std::string>{fmt::format("saved rank {}", rank)})
+                << "a worker lost its checkpoint\n"
+                << describe_all(r);
+        EXPECT_TRUE(own_lines_with(result.err, {"killing workers"}).empty()) << describe_all(r);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, MultiNodeSchedulerStop, ::testing::Values(0, 2, 10, 30, 100),
+                         [](const ::testing::TestParamInfo<int>& param_info) {
+                             return fmt::format("DelayMs{}", param_info.param);
+                         });
+
 // --broadcast-signals: a scheduler's preemption notice (SIGUSR1) to one agent
 // reaches the workers of every node; without the flag only that node's.
 TEST_F(MultiNodeTest, BroadcastSignalsPassesSigusr1ToEveryNode) {
