@@ -42,6 +42,7 @@ struct Agent::Impl {
     WorkerGroup workers;
     std::unique_ptr<Cluster> cluster;
     std::optional<SignalReader> signals;
+    SignalCopies signal_copies;
     std::optional<PortReservation> port;  // MASTER_PORT, held for the round
 
     enum class Phase { Connecting, Joining, Running, Stopping, Killing, Done } phase = Phase::Done;
@@ -354,7 +355,13 @@ int Agent::run() {
                     impl.ctx.config.forward_signals.end());
         sigs.push_back(SIGCHLD);
         sigs.push_back(parent_death_signal());
-        impl.signals.emplace(impl.io, sigs, [&impl](int signal) { impl.on_signal(signal); });
+        impl.signals.emplace(impl.io, sigs, [&impl](const ReceivedSignal& received) {
+            // A signal to every process of the job comes directly and through the supervisor.
+            if (received.number != SIGCHLD &&
+                impl.signal_copies.is_copy(received, SignalCopies::Clock::now()))
+                return;
+            impl.on_signal(received.number);
+        });
         // A closed stdout must give EPIPE on write, not kill the agent.
         if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw std::runtime_error("signal(SIGPIPE)");
 

@@ -2,7 +2,9 @@
 #include "ddprun/signal_reader.hpp"
 
 #include <sys/signalfd.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cerrno>
@@ -17,24 +19,32 @@ namespace ddprun {
 struct SignalReader::Impl {
     asio::posix::stream_descriptor fd;
     signalfd_siginfo info{};
-    std::function<void(int)> on_signal;
+    std::function<void(const ReceivedSignal&)> on_signal;
 
-    Impl(asio::io_context& io, std::function<void(int)> handler)
+    Impl(asio::io_context& io, std::function<void(const ReceivedSignal&)> handler)
         : fd(io), on_signal(std::move(handler)) {}
+
+    ReceivedSignal received() const {
+        ReceivedSignal signal;
+        signal.number = static_cast<int>(info.ssi_signo);
+        signal.sender = static_cast<pid_t>(info.ssi_pid);
+        signal.relayed = info.ssi_code == SI_QUEUE && signal.sender == ::getppid();
+        if (signal.relayed) signal.sender = static_cast<pid_t>(info.ssi_int);
+        return signal;
+    }
 
     void read() {
         fd.async_read_some(asio::buffer(&info, sizeof info),
                            [this](boost::system::error_code ec, std::size_t n) {
                                if (ec == asio::error::operation_aborted) return;
-                               if (!ec && n == sizeof info)
-                                   on_signal(static_cast<int>(info.ssi_signo));
+                               if (!ec && n == sizeof info) on_signal(received());
                                read();
                            });
     }
 };
 
 SignalReader::SignalReader(asio::io_context& io, const std::vector<int>& signals,
-                           std::function<void(int)> on_signal)
+                           std::function<void(const ReceivedSignal&)> on_signal)
     : m_impl(std::make_unique<Impl>(io, std::move(on_signal))) {
     block_signals(signals);
     sigset_t set;
@@ -47,5 +57,19 @@ SignalReader::SignalReader(asio::io_context& io, const std::vector<int>& signals
 }
 
 SignalReader::~SignalReader() = default;
+
+bool SignalCopies::is_copy(const ReceivedSignal& received, Clock::time_point now) {
+    std::erase_if(m_unpaired, [&](const Unpaired& u) { return now - u.at > m_window; });
+    auto twin = std::find_if(m_unpaired.begin(), m_unpaired.end(), [&](const Unpaired& u) {
+        return u.signal.number == received.number && u.signal.sender == received.sender &&
+               u.signal.relayed != received.relayed;
+    });
+    if (twin != m_unpaired.end()) {
+        m_unpaired.erase(twin);
+        return true;
+    }
+    m_unpaired.push_back({received, now});
+    return false;
+}
 
 }  // namespace ddprun

@@ -109,11 +109,15 @@ int supervise(const std::function<int()>& agent_main, const std::vector<int>& fo
                         WTERMSIG(status));
             });
         } else if (sig != parent_death_signal()) {
-            // ESRCH cannot happen: the agent is not reaped yet, and a zombie takes signals.
-            if (::kill(agent, sig) != 0)
+            // With who sent it, so that the agent can tell this copy from its own copy of a
+            // signal sent to every process of the job. ESRCH cannot happen: the agent is not
+            // reaped yet, and a zombie takes signals.
+            sigval original{};
+            original.sival_int = static_cast<int>(info.si_pid);
+            if (::sigqueue(agent, sig, original) != 0)
                 spdlog::error(
                     "{}",
-                    system_error(fmt::format("kill({}, {})", agent, signal_name(sig))).message);
+                    system_error(fmt::format("sigqueue({}, {})", agent, signal_name(sig))).message);
         }
     }
     auto left = sweep_children(k_sweep_bound);

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -663,6 +664,44 @@ TEST_F(SingleNodeSignals, SigtermIsForwardedAndExits143) {
     EXPECT_EQ(lines_of(out, 0), std::vector<std::string>{"got SIGTERM"}) << r.describe();
     EXPECT_EQ(lines_of(out, 1), std::vector<std::string>{"got SIGTERM"}) << r.describe();
 }
+
+// A signal sent to every process of the job (Slurm's proctrack/linuxproc,
+// systemd's KillMode=control-group, `kill` of every pid) reaches ddprun's top
+// process and its agent; each delivery is one event for the workers: SIGUSR1
+// once, and SIGTERM one stop with its grace, never "twice, so kill".
+class SingleNodeSignalToEveryProcess : public IntegrationTest,
+                                       public ::testing::WithParamInterface<int> {};
+
+TEST_P(SingleNodeSignalToEveryProcess, EachDeliveryIsOneEventForTheWorkers) {
+    const auto delay = std::chrono::milliseconds(GetParam());
+    auto ddprun =
+        start(job({"--nproc_per_node=2"},
+                  {"trap", "SIGUSR1", "ready", m_dir + "/ready.{rank}", "save-on-term", "2"}));
+    wait_ready(m_dir, 2, *ddprun);
+    if (HasFatalFailure()) return;
+    auto agents = children_of(ddprun->pid());
+    ASSERT_EQ(agents.size(), 1u) << "no agent process under ddprun " << ddprun->pid();
+    // The delay under test between the two copies of each delivery, not a wait for an event.
+    for (int signal : {SIGUSR1, SIGTERM}) {
+        ::kill(ddprun->pid(), signal);
+        std::this_thread::sleep_for(delay);
+        ::kill(agents[0], signal);
+    }
+    auto r = ddprun->wait();
+    ASSERT_FALSE(r.timed_out) << r.describe();
+    EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.describe();
+    auto out = lines_by_rank(r.out);
+    for (int rank : {0, 1})
+        EXPECT_EQ(lines_of(out, rank),
+                  (std::vector<std::string>{"got SIGUSR1", fmt::format("saved rank {}", rank)}))
+            << r.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(SingleNode, SingleNodeSignalToEveryProcess,
+                         ::testing::Values(0, 2, 10, 30, 100),
+                         [](const ::testing::TestParamInfo<int>& param_info) {
+                             return fmt::format("DelayMs{}", param_info.param);
+                         });
 
 TEST_F(SingleNodeSignals, WorkerIgnoringSigtermIsKilledAfterTheShutdownTimeout) {
     auto ddprun = start(

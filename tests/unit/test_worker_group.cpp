@@ -49,11 +49,12 @@ class WorkerGroupTest : public ::testing::Test {
         options.kill_bound = kill_bound;
         group = std::make_unique<WorkerGroup>(
             io, *ctx, [this] { ++given_up; }, options);
-        reader = std::make_unique<SignalReader>(io, std::vector<int>{SIGCHLD}, [this](int) {
-            reap_exited([this](pid_t pid, int status) {
-                if (auto outcome = group->on_exit(pid, status)) exits[outcome->rank] = *outcome;
+        reader = std::make_unique<SignalReader>(
+            io, std::vector<int>{SIGCHLD}, [this](const ReceivedSignal&) {
+                reap_exited([this](pid_t pid, int status) {
+                    if (auto outcome = group->on_exit(pid, status)) exits[outcome->rank] = *outcome;
+                });
             });
-        });
     }
 
     Status start(int round = 0) {
