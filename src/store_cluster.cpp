@@ -162,9 +162,11 @@ void StoreCluster::open(Opened done) {
     m_open_attempt = std::make_shared<OpenAttempt>();
     // Connecting can take up to read_timeout (the store's host is not up yet, or the port is
     // another program's): on a thread of its own, so that a signal still stops the agent.
-    m_opener = std::thread([this, attempt = m_open_attempt, opts, may_fall_back,
+    // The thread reaches the cluster (`this`) only under the attempt's lock, after checking
+    // that it was not abandoned: the cluster may be gone by the time a store call returns.
+    m_opener = std::thread([this, &io = m_io, attempt = m_open_attempt, opts, may_fall_back,
                             done = std::move(done)]() mutable {
-        auto opened = Coordinator::open(m_io, opts);
+        auto opened = Coordinator::open(io, opts);
         if (!opened && may_fall_back) {
             // Another agent on this machine hosts it already (with ranks assigned at join),
             // or another agent claims node rank 0 too: as a client this agent meets it, and
@@ -172,7 +174,7 @@ void StoreCluster::open(Opened done) {
             // stands.
             std::string host_error = opened.error().message;
             opts.store.is_server = false;
-            opened = Coordinator::open(m_io, opts);
+            opened = Coordinator::open(io, opts);
             if (!opened) opened = std::unexpected(rendezvous_error(host_error));
         }
         Status status;
