@@ -14,6 +14,7 @@
 #include "ddprun/coordinator.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/ports.hpp"
+#include "ddprun/worker_group.hpp"
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
@@ -25,8 +26,6 @@ namespace {
 // beyond the others' own shutdown, for them to confirm the end of a round.
 constexpr std::chrono::milliseconds k_linger_bound{5000};
 constexpr std::chrono::milliseconds k_join_linger_bound{2000};
-// The agent gives a worker this long after SIGKILL (WorkerGroup's kill bound).
-constexpr std::chrono::milliseconds k_kill_bound{10000};
 // c10d 1.13 leaves some store calls without a bound (a listener that never
 // answers): this long past join_timeout the join gives up on the store.
 constexpr std::chrono::milliseconds k_join_guard_slack{5000};

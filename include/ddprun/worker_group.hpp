@@ -25,12 +25,14 @@ class io_context;
 
 namespace ddprun {
 
+// How long a worker that outlives SIGKILL (stuck in the kernel, e.g. in a GPU
+// driver call) is waited for before it is given up on, so ddprun never hangs.
+inline constexpr std::chrono::milliseconds k_kill_bound{10000};
+
 class WorkerGroup {
   public:
     struct Options {
-        // A worker that outlives SIGKILL (stuck in the kernel, e.g. in a GPU driver
-        // call) is given up on after this long, so ddprun itself never hangs.
-        std::chrono::milliseconds kill_bound{10000};
+        std::chrono::milliseconds kill_bound = k_kill_bound;
         // Orphans of a finished round get this long to die after SIGKILL.
         std::chrono::milliseconds sweep_bound{5000};
         int stdout_fd = 1;  // the console (tests pass pipes)
