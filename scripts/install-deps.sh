@@ -22,6 +22,9 @@ packages=(
   libtorch-dev libgloo-dev
   # Python workers (examples/ddp_train.py): /usr/bin/python3 with torch 1.13
   python3 python3-torch
+  # real schedulers for the integration tests (tests/integration/slurm_*,
+  # mpi_*): the harness starts munged, slurmctld and two slurmd itself
+  slurm-wlm munge openmpi-bin
 )
 
 installed() {
@@ -54,5 +57,20 @@ apt_get=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -y -q
 # Only reached when something is missing, so the network is needed anyway; a
 # bare image has empty package lists and a long-lived one may have stale ones.
 "${apt_get[@]}" update
+
+# slurm-wlm and munge start their daemons from their postinst; the tests
+# start their own (temp dirs, free ports) and the machine's must not be left
+# running. policy-rc.d (exit 101: "action forbidden") stops invoke-rc.d for
+# the duration of the install; one that was already there is left alone.
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+  "${sudo[@]}" chmod 755 "$policy"
+  own_policy=1
+fi
+remove_policy() { ((own_policy == 0)) || "${sudo[@]}" rm -f "$policy"; }
+trap remove_policy EXIT
+
 "${apt_get[@]}" install --no-install-recommends "${missing[@]}"
 echo "install-deps: done"
