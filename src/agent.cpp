@@ -74,6 +74,12 @@ struct Agent::Impl {
     RoundResult run_round(const RoundInfo& info);
     RoundResult round_result();
     int report_failure(const std::string& title);
+    // Every node's output goes to one console (srun's, mpirun's): one summary
+    // box for the job, on node 0, instead of a partial one per node.
+    bool shared_console() const {
+        return ctx.config.nnodes > 1 &&
+               (ctx.config.scheduler == "slurm" || ctx.config.scheduler == "mpi");
+    }
 
     void on_signal(int signal);
     void on_stop_signal(int signal);
@@ -196,8 +202,15 @@ RoundResult Agent::Impl::round_result() {
 }
 
 int Agent::Impl::report_failure(const std::string& title) {
-    auto summary = summarize_failure(title, stop_event, workers.outcomes(), node_rank);
+    const bool speaks_for_all = shared_console() && node_rank == 0;
+    auto summary = summarize_failure(
+        title, stop_event, workers.outcomes(), node_rank,
+        speaks_for_all ? cluster->others_outcomes() : std::vector<FailureRecord>{});
     if (!summary) return exit_code::kInternal;
+    if (shared_console() && !speaks_for_all) {
+        spdlog::debug("job failed (exit code {}); node 0 prints the summary", summary->exit_code);
+        return summary->exit_code;
+    }
     std::fflush(stdout);
     std::fputs(summary->box.c_str(), stderr);
     std::fflush(stderr);
@@ -374,6 +387,13 @@ int Agent::run() {
                 return info.error();
             }
             RoundResult result = impl.run_round(*info);
+            if (result.kind == RoundResult::Kind::Failed && impl.round >= max_restarts &&
+                impl.shared_console()) {
+                std::vector<FailureRecord> failed;
+                for (const auto& worker : impl.workers.outcomes())
+                    if (worker.failed()) failed.push_back(failure_record(worker));
+                impl.cluster->share_outcomes(std::move(failed));
+            }
             impl.cluster->end_round(impl.stop_signal == SIGKILL);
             switch (result.kind) {
                 case RoundResult::Kind::Succeeded:

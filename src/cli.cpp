@@ -255,6 +255,8 @@ std::expected<LaunchDefaults, Error> add_scheduler_values(
         {"nproc_per_node", &defaults->nproc_per_node},
         {"master_addr", &defaults->master_addr},
         {"master_port", &defaults->master_port},
+        {"rdzv_endpoint", &defaults->rdzv_endpoint},
+        {"rdzv_id", &defaults->rdzv_id},
     };
     for (const auto& [name, value] : values) {
         if (!*value || settings.contains(name)) continue;
@@ -297,7 +299,7 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
         return std::pair{std::string(name), fmt::format("{} ({})", value, from)};
     };
     int port = config.master_port.value_or(0);
-    return {
+    std::vector<std::pair<std::string, std::string>> sources = {
         entry("nnodes", std::to_string(config.nnodes), shaped("nnodes")),
         entry("node_rank",
               config.node_rank ? std::to_string(*config.node_rank) : "assigned at rendezvous",
@@ -307,6 +309,12 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
               config.standalone ? source("standalone") : source("master_addr")),
         entry("master_port", port == 0 ? "free port" : std::to_string(port), source("master_port")),
     };
+    // What keeps concurrent jobs apart, when the scheduler's ids chose it.
+    if (detected.contains("rdzv_endpoint"))
+        sources.push_back(entry("rdzv_endpoint", config.rdzv_endpoint, source("rdzv_endpoint")));
+    if (detected.contains("rdzv_id"))
+        sources.push_back(entry("rdzv_id", config.rdzv_id, source("rdzv_id")));
+    return sources;
 }
 
 }  // namespace

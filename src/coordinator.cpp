@@ -161,6 +161,7 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
     stop_watcher();
     if (!store_alive) return;  // a call to a dead store could block until its timeout
     try {
+        if (!m_outcomes.empty()) m_rendezvous->publish_outcomes(round, node_rank, m_outcomes);
         for (int node : lost) m_rendezvous->acknowledge(round, node, nnodes());
         m_rendezvous->acknowledge(round, node_rank, nnodes());
         if (m_options.store.is_server) {
@@ -168,6 +169,8 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
             if (!missing.empty())
                 spdlog::warn("{} node(s) did not confirm the end of the job; closing the store",
                              missing.size());
+            if (!m_outcomes.empty())
+                m_others_outcomes = m_rendezvous->read_outcomes(round, nnodes(), node_rank);
         }
     } catch (const StoreError& e) {
         spdlog::debug("ending the round: {}", e.what());
@@ -175,21 +178,42 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
 }
 
 std::optional<Error> Coordinator::check_run_id() {
-    // The value names who wrote it: "<run id>\n<node rank> (<host>)".
+    // The value names who wrote it and what they run: "<run id>\n<node>\n<program>".
     const std::string& mine = m_options.run_id;
     const std::string me = fmt::format("node {} ({})", m_options.me.node_rank, m_options.me.host);
+    const std::string& program = m_options.me.fingerprint.program;
     try {
-        std::string first = m_store->compare_set("ddprun/run_id", "", mine + "\n" + me);
-        auto newline = first.find('\n');
-        std::string first_id = first.substr(0, newline);
+        std::string first =
+            m_store->compare_set("ddprun/run_id", "", mine + "\n" + me + "\n" + program);
+        std::size_t at = 0;
+        auto field = [&first, &at] {
+            auto newline = std::min(first.find('\n', at), first.size());
+            std::string text = first.substr(at, newline - at);
+            at = std::min(newline + 1, first.size());
+            return text;
+        };
+        const std::string first_id = field();
         if (first_id == mine) return std::nullopt;
-        std::string first_node =
-            newline == std::string::npos ? "another node" : first.substr(newline + 1);
+        std::string first_node = field();
+        if (first_node.empty()) first_node = "another node";
+        const std::string first_program = first.substr(at);
+        const std::string endpoint =
+            fmt::format("{}:{}", m_options.store.host, m_options.store.port);
+        if (first_program != program) {
+            // Another job's store: leave that job alone, it is not this one's to stop.
+            return Error{
+                fmt::format("the rendezvous store at {} belongs to another job (run '{}', "
+                            "started by {}), not to this one (run '{}'): two jobs share a store "
+                            "port; give each its own with --rdzv_endpoint=HOST:PORT",
+                            endpoint, first_id, first_node, mine),
+                exit_code::kRendezvous};
+        }
         std::string message = fmt::format(
             "the nodes must run the same job, but the run id (--rdzv_id) differs: '{}' on {}, "
             "'{}' on {}; give every node the same --rdzv_id",
             first_id, first_node, mine, me);
-        // The other job's agents wait under their own keys: tell them there, and give them a
+        // The same program under another run id: the nodes of one job, started with
+        // different ids. They wait under their own keys: tell them there, and give them a
         // moment to read it before this agent (maybe the store's host) goes away.
         Rendezvous other(*m_store, first_id);
         other.abort(0, nnodes(), message, exit_code::kRendezvous);

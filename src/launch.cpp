@@ -11,6 +11,7 @@
 #include "ddprun/program.hpp"
 #include "ddprun/rank_plan.hpp"
 #include "ddprun/scheduler_env.hpp"
+#include "ddprun/scratch_dir.hpp"
 #include "ddprun/supervisor.hpp"
 
 namespace fs = std::filesystem;
@@ -26,9 +27,7 @@ std::string host_name() {
 
 // A private directory under $TMPDIR (or /tmp): "" if none can be made.
 std::string make_temp_dir(const Environment& env, const char* stem) {
-    auto it = env.find("TMPDIR");
-    std::string tmpl = (it != env.end() && !it->second.empty() ? it->second : "/tmp");
-    tmpl += std::string("/") + stem + "XXXXXX";
+    std::string tmpl = scratch_base(env) + "/" + stem + "XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     if (!::mkdtemp(buf.data())) return {};
@@ -117,11 +116,13 @@ std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
     if (!executable) return std::unexpected(executable.error());
     ctx.executable = *executable;
     if (auto logs = prepare_log_dir(ctx); !logs) return std::unexpected(logs.error());
-    ctx.scratch_dir = make_temp_dir(env, "ddprun-");
-    if (ctx.scratch_dir.empty())
-        return std::unexpected(
-            Error{"cannot create a temporary directory (set TMPDIR to a writable one)",
-                  exit_code::kInternal});
+    const std::string base = scratch_base(env);
+    if (int removed = reclaim_scratch_dirs(base))
+        spdlog::debug("removed {} scratch director{} of killed ddprun runs from {}", removed,
+                      removed == 1 ? "y" : "ies", base);
+    auto scratch = make_scratch_dir(base);
+    if (!scratch) return std::unexpected(scratch.error());
+    ctx.scratch_dir = *scratch;
     return prepared;
 }
 

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -59,6 +60,24 @@ std::expected<Endpoint, Error> split_endpoint(const std::string& text, int defau
         endpoint.port = static_cast<int>(*port);
     }
     return endpoint;
+}
+
+std::optional<std::string> resolve_failure(const std::string& host,
+                                           std::chrono::milliseconds retry_for) {
+    const auto deadline = std::chrono::steady_clock::now() + retry_for;
+    for (;;) {
+        addrinfo hints{};
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* found = nullptr;
+        int status = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+        if (status == 0) {
+            ::freeaddrinfo(found);
+            return std::nullopt;
+        }
+        if (status != EAI_AGAIN || std::chrono::steady_clock::now() >= deadline)
+            return std::string(::gai_strerror(status));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the resolver's retry
+    }
 }
 
 bool is_local_host(const std::string& host) {

@@ -60,6 +60,13 @@ class FieldReader {
         out = static_cast<Int>(value);
     }
 
+    void boolean(const char* name, bool& out) {
+        const json* field = find(name);
+        if (field == nullptr) return;
+        if (!field->is_boolean()) return fail(name, "is not true or false");
+        out = field->get<bool>();
+    }
+
     void text(const char* name, std::string& out, std::size_t limit = k_max_message_bytes) {
         const json* field = find(name);
         if (field == nullptr) return;

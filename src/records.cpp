@@ -102,7 +102,8 @@ json failure_json(const FailureRecord& record) {
                 {"signal", record.signal},
                 {"time_ms", record.time_ms},
                 {"message", truncated(record.message, k_max_message_bytes)},
-                {"stderr_tail", std::move(tail)}};
+                {"stderr_tail", std::move(tail)},
+                {"stopped", record.stopped_by_ddprun}};
 }
 
 std::expected<FailureRecord, std::string> failure_from(const json& object) {
@@ -121,6 +122,7 @@ std::expected<FailureRecord, std::string> failure_from(const json& object) {
     read.integer("time_ms", record.time_ms, std::int64_t{0}, std::int64_t{INT64_MAX});
     read.text("message", record.message);
     read.lines("stderr_tail", record.stderr_tail);
+    read.boolean("stopped", record.stopped_by_ddprun);
     if (!read.ok()) return std::unexpected(read.error());
     auto it = std::find_if(std::begin(k_failure_kinds), std::end(k_failure_kinds),
                            [&](const auto& entry) { return entry.second == kind; });
@@ -192,8 +194,9 @@ std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
     return membership.dump();
 }
 
-std::string abort_json(const std::string& message, int exit_code) {
+std::string abort_json(const std::string& message, int exit_code, const std::string& run_id) {
     return json{{"kind", "abort"},
+                {"run_id", run_id},
                 {"message", truncated(message, k_max_message_bytes)},
                 {"exit_code", exit_code}}
         .dump();
@@ -204,21 +207,70 @@ bool is_membership(std::string_view text) {
     return object && string_field(*object, "kind") == "membership";
 }
 
-std::string failure_stop_json(const FailureRecord& record) {
-    return json{{"kind", "failure"}, {"failure", failure_json(record)}}.dump();
+std::string failure_stop_json(const FailureRecord& record, const std::string& run_id) {
+    return json{{"kind", "failure"}, {"run_id", run_id}, {"failure", failure_json(record)}}.dump();
 }
 
-std::string done_stop_json() {
-    return json{{"kind", "done"}}.dump();
+std::string done_stop_json(const std::string& run_id) {
+    return json{{"kind", "done"}, {"run_id", run_id}}.dump();
 }
 
-StopEvent parse_stop(std::string_view text, const std::string& key) {
+std::string outcomes_json(const std::vector<FailureRecord>& records, const std::string& run_id) {
+    json list = json::array();
+    for (std::size_t i = 0; i < records.size() && i < k_max_node_outcomes; ++i) {
+        FailureRecord brief = records[i];
+        brief.stderr_tail.clear();
+        brief.message.clear();
+        list.push_back(failure_json(brief));
+    }
+    return json{{"run_id", run_id}, {"workers", std::move(list)}}.dump();
+}
+
+namespace {
+
+// Why a record is not this run's, if it is not (see parse_stop in records_internal.hpp).
+std::optional<std::string> other_run(const json& object, const std::string& key,
+                                     const std::string& run_id) {
+    std::string written_for = string_field(object, "run_id");
+    if (written_for == run_id) return std::nullopt;
+    return malformed(key, written_for.empty()
+                              ? std::string("field 'run_id' is missing")
+                              : fmt::format("it is run {}'s, not this run's ({})",
+                                            quote_value(written_for), quote_value(run_id)));
+}
+
+}  // namespace
+
+std::expected<std::vector<FailureRecord>, std::string> parse_outcomes(std::string_view text,
+                                                                      const std::string& key,
+                                                                      const std::string& run_id) {
+    auto object = parse_object(text);
+    if (!object) return std::unexpected(malformed(key, object.error()));
+    if (auto foreign = other_run(*object, key, run_id)) return std::unexpected(*foreign);
+    auto it = object->find("workers");
+    if (it == object->end() || !it->is_array() || it->size() > k_max_node_outcomes)
+        return std::unexpected(malformed(
+            key, fmt::format("field 'workers' is not a list of at most {}", k_max_node_outcomes)));
+    std::vector<FailureRecord> records;
+    for (const json& item : *it) {
+        auto record = failure_from(item);
+        if (!record) return std::unexpected(malformed(key, record.error()));
+        records.push_back(std::move(*record));
+    }
+    return records;
+}
+
+StopEvent parse_stop(std::string_view text, const std::string& key, const std::string& run_id) {
     StopEvent event;
     event.kind = StopEvent::Kind::Abort;
     event.exit_code = exit_code::kRendezvous;
     auto object = parse_object(text);
     if (!object) {
         event.message = malformed(key, object.error());
+        return event;
+    }
+    if (auto foreign = other_run(*object, key, run_id)) {
+        event.message = *foreign;
         return event;
     }
     std::string kind = string_field(*object, "kind");
@@ -291,12 +343,15 @@ std::expected<FailureRecord, std::string> parse_failure_record(std::string_view 
 }
 
 std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
-                                                         const std::string& result_key, int round,
+                                                         const std::string& result_key,
+                                                         const std::string& run_id, int round,
                                                          const NodeInfo& me) {
     using detail::malformed;
     auto object = parse_object(text);
     if (!object) return std::unexpected(rendezvous_error(malformed(result_key, object.error())));
     const json& result = *object;
+    if (auto foreign = detail::other_run(result, result_key, run_id))
+        return std::unexpected(rendezvous_error(*foreign));
     std::string kind = string_field(result, "kind");
     if (kind == "abort") {
         Error error;

@@ -47,13 +47,25 @@ std::expected<JoinedRecord, std::string> parse_joined(std::string_view text);
 std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
                             const Fingerprint& fingerprint);
 // An abort is written as the round's result and as its stop alike.
-std::string abort_json(const std::string& message, int exit_code);
+std::string abort_json(const std::string& message, int exit_code, const std::string& run_id);
 bool is_membership(std::string_view text);
 
 // The round's stop: the first one written is how the round ends everywhere.
-std::string failure_stop_json(const FailureRecord& record);
-std::string done_stop_json();
+std::string failure_stop_json(const FailureRecord& record, const std::string& run_id);
+std::string done_stop_json(const std::string& run_id);
 // Never Timeout or StoreLost: text that is not a stop is an Abort naming `key`.
-StopEvent parse_stop(std::string_view text, const std::string& key);
+// A node's failed workers at the end of a round, for the one summary a shared
+// console shows (srun, mpirun): at most k_max_node_outcomes, without their
+// stderr or message (the root cause's come with the round's stop).
+constexpr std::size_t k_max_node_outcomes = 512;
+std::string outcomes_json(const std::vector<FailureRecord>& records, const std::string& run_id);
+std::expected<std::vector<FailureRecord>, std::string> parse_outcomes(std::string_view text,
+                                                                      const std::string& key,
+                                                                      const std::string& run_id);
+
+// The round's stop and result records name their run ("run_id"): one that
+// names another run, or none, is malformed (the error says whose it is), so
+// agents of two jobs that reach one store never act on each other's rounds.
+StopEvent parse_stop(std::string_view text, const std::string& key, const std::string& run_id);
 
 }  // namespace ddprun::detail

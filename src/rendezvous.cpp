@@ -15,6 +15,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "ddprun/text.hpp"
 #include "records_internal.hpp"
@@ -24,7 +25,6 @@ namespace ddprun {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 std::string seconds_text(milliseconds timeout) {
     if (timeout.count() % 1000 == 0) return fmt::format("{}s", timeout.count() / 1000);
@@ -34,16 +34,6 @@ std::string seconds_text(milliseconds timeout) {
 // Thrown out of the waits of a join when its deadline passes, as opposed to a
 // single store operation timing out.
 struct JoinTimedOut {};
-
-void wait_until(Store& store, const std::vector<std::string>& keys, Clock::time_point deadline) {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    try {
-        store.wait(keys, std::max(left, milliseconds(1)));
-    } catch (const StoreError& error) {
-        if (error.kind() == StoreError::Kind::Timeout) throw JoinTimedOut{};
-        throw;
-    }
-}
 
 std::string make_agent_id() {
     std::random_device device;
@@ -57,7 +47,63 @@ std::string make_agent_id() {
 // Rendezvous
 
 Rendezvous::Rendezvous(Store& store, std::string run_id)
-    : m_store(store), m_run_id(std::move(run_id)), m_agent_id(make_agent_id()) {}
+    : m_store(store),
+      m_run_id(std::move(run_id)),
+      m_agent_id(make_agent_id()),
+      m_report_progress([](const std::string& line) { spdlog::info("{}", line); }) {}
+
+void Rendezvous::set_join_progress(milliseconds interval, ProgressReport report) {
+    m_progress_interval = interval;
+    m_report_progress = std::move(report);
+}
+
+void Rendezvous::wait_joining(const std::vector<std::string>& keys) {
+    for (;;) {
+        const auto until = std::min(m_join.deadline, m_join.next_report);
+        auto slice = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+        try {
+            m_store.wait(keys, std::max(slice, milliseconds(1)));
+            return;
+        } catch (const StoreError& error) {
+            if (error.kind() != StoreError::Kind::Timeout) throw;
+        }
+        const auto now = Clock::now();
+        if (now >= m_join.deadline) throw JoinTimedOut{};
+        if (now < m_join.next_report) continue;
+        m_join.next_report += m_progress_interval;
+        report_waiting();
+    }
+}
+
+// Node 0 knows who joined (one check per node, once per interval) and publishes it
+// under "waiting" as "<count joined>\n<who is missing>"; the others read that.
+void Rendezvous::report_waiting() {
+    const NodeInfo& me = *m_join.me;
+    const int nnodes = me.fingerprint.nnodes;
+    const std::string waiting_key = key(m_join.round, "waiting");
+    std::string waiting;
+    if (me.node_rank == 0) {
+        std::vector<int> missing;
+        for (int rank = 1; rank < nnodes; ++rank)
+            if (!m_store.check({key(m_join.round, fmt::format("info/{}", rank))}))
+                missing.push_back(rank);
+        if (missing.empty()) return;  // all joined: the round completes now
+        waiting = fmt::format("{}\n{}", nnodes - static_cast<int>(missing.size()),
+                              detail::describe_nodes(missing));
+        m_store.set(waiting_key, waiting);
+    } else if (m_store.check({waiting_key})) {
+        waiting = m_store.get(waiting_key);
+    }
+    auto elapsed = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - m_join.start);
+    auto bound = std::chrono::duration_cast<std::chrono::seconds>(m_join.deadline - m_join.start);
+    auto newline = waiting.find('\n');
+    const std::string progress = fmt::format("{} s of {}", elapsed.count(), bound.count());
+    m_report_progress(
+        newline == std::string::npos
+            ? fmt::format("waiting for node 0, the store's host, to join ({})", progress)
+            : fmt::format("waiting for {} ({} of {} joined, {})", waiting.substr(newline + 1),
+                          waiting.substr(0, newline), nnodes, progress));
+}
 
 std::string Rendezvous::key(int round, std::string_view name) const {
     return fmt::format("ddprun/{}/r{}/{}", m_run_id, round, name);
@@ -65,7 +111,8 @@ std::string Rendezvous::key(int round, std::string_view name) const {
 
 std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, bool is_store_host,
                                                        milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
+    const auto start = Clock::now();
+    m_join = {round, &me, start, start + timeout, start + m_progress_interval};
     const int nnodes = me.fingerprint.nnodes;
     me.agent_id = m_agent_id;
     try {
@@ -116,13 +163,13 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
         m_store.set(key(round, fmt::format("joined/{}", joined)),
                     detail::joined_json(me.node_rank, nnodes));
         if (me.node_rank == 0) {
-            if (auto error = collect(round, me, deadline)) {
+            if (auto error = collect(round, me)) {
                 abort_join(round, error->message, error->exit_code, nnodes);
             }
         } else {
-            check_node_zero(round, me, deadline);
+            check_node_zero(round, me);
         }
-        wait_until(m_store, {key(round, "result")}, deadline);
+        wait_joining({key(round, "result")});
         return read_result(round, me);
     } catch (const JoinTimedOut&) {
         try {
@@ -148,11 +195,10 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
 
 // Node 0 checks the records once everyone has joined and publishes the
 // membership. Returns why the round cannot start, if it cannot.
-std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me,
-                                         Clock::time_point deadline) {
+std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
     const int nnodes = me.fingerprint.nnodes;
     const std::string complete_key = key(round, fmt::format("joined/{}", nnodes));
-    wait_until(m_store, {complete_key}, deadline);
+    wait_joining({complete_key});
     if (m_store.check({key(round, "result")})) return std::nullopt;  // aborted meanwhile
 
     auto complete = detail::parse_joined(m_store.get(complete_key));
@@ -165,7 +211,7 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me,
     std::vector<std::string> info_keys;
     for (int rank = 0; rank < nnodes; ++rank)
         info_keys.push_back(key(round, fmt::format("info/{}", rank)));
-    wait_until(m_store, info_keys, deadline);
+    wait_joining(info_keys);
 
     std::vector<NodeInfo> nodes;
     nodes.reserve(static_cast<std::size_t>(nnodes));
@@ -189,9 +235,9 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me,
 
 // Node 0 waits for as many agents as it expects: if this agent expects a
 // different number, one of the two would wait forever. Node 0 checks the rest.
-void Rendezvous::check_node_zero(int round, const NodeInfo& me, Clock::time_point deadline) {
+void Rendezvous::check_node_zero(int round, const NodeInfo& me) {
     const std::string zero_key = key(round, "zero");
-    wait_until(m_store, {zero_key}, deadline);
+    wait_joining({zero_key});
     std::string record = m_store.get(zero_key);
     if (record.empty()) return;  // aborted, maybe before node 0 joined
     auto zero = parse_node_info(record);
@@ -210,8 +256,8 @@ void Rendezvous::check_node_zero(int round, const NodeInfo& me, Clock::time_poin
 // which is this abort unless something was published first.
 std::string Rendezvous::abort_join(int round, const std::string& message, int exit_code,
                                    int nnodes) {
-    std::string result =
-        m_store.compare_set(key(round, "result"), "", detail::abort_json(message, exit_code));
+    std::string result = m_store.compare_set(key(round, "result"), "",
+                                             detail::abort_json(message, exit_code, m_run_id));
     // Node 0 may be waiting for the others to join, the others for node 0, rather than
     // for the result.
     m_store.set(key(round, fmt::format("joined/{}", nnodes)), detail::joined_json(-1, nnodes));
@@ -221,7 +267,7 @@ std::string Rendezvous::abort_join(int round, const std::string& message, int ex
 
 std::expected<RoundMembership, Error> Rendezvous::read_result(int round, const NodeInfo& me) {
     const std::string result_key = key(round, "result");
-    return parse_round_result(m_store.get(result_key), result_key, round, me);
+    return parse_round_result(m_store.get(result_key), result_key, m_run_id, round, me);
 }
 
 std::expected<RoundMembership, Error> Rendezvous::join_timed_out(int round, const NodeInfo& me,
@@ -247,18 +293,19 @@ std::expected<RoundMembership, Error> Rendezvous::join_timed_out(int round, cons
 
 void Rendezvous::abort(int round, int nnodes, const std::string& message, int exit_code) {
     abort_join(round, message, exit_code, nnodes);
-    m_store.compare_set(key(round, "stop"), "", detail::abort_json(message, exit_code));
+    m_store.compare_set(key(round, "stop"), "", detail::abort_json(message, exit_code, m_run_id));
 }
 
 StopEvent Rendezvous::publish_failure(int round, const FailureRecord& record) {
     const std::string stop_key = key(round, "stop");
-    return detail::parse_stop(m_store.compare_set(stop_key, "", detail::failure_stop_json(record)),
-                              stop_key);
+    return detail::parse_stop(
+        m_store.compare_set(stop_key, "", detail::failure_stop_json(record, m_run_id)), stop_key,
+        m_run_id);
 }
 
 bool Rendezvous::publish_finished(int round, int nnodes) {
     if (m_store.add(key(round, "finished"), 1) != nnodes) return false;
-    m_store.compare_set(key(round, "stop"), "", detail::done_stop_json());
+    m_store.compare_set(key(round, "stop"), "", detail::done_stop_json(m_run_id));
     return true;
 }
 
@@ -266,7 +313,7 @@ StopEvent Rendezvous::wait_stop(int round, milliseconds timeout) noexcept {
     const std::string stop_key = key(round, "stop");
     try {
         m_store.wait({stop_key}, timeout);
-        return detail::parse_stop(m_store.get(stop_key), stop_key);
+        return detail::parse_stop(m_store.get(stop_key), stop_key, m_run_id);
     } catch (const StoreError& error) {
         if (error.kind() != StoreError::Kind::Timeout) return store_lost(error.what());
         StopEvent event;
@@ -276,6 +323,27 @@ StopEvent Rendezvous::wait_stop(int round, milliseconds timeout) noexcept {
     } catch (const std::exception& error) {
         return store_lost(fmt::format("rendezvous: {}", error.what()));
     }
+}
+
+void Rendezvous::publish_outcomes(int round, int node_rank,
+                                  const std::vector<FailureRecord>& workers) {
+    m_store.set(key(round, fmt::format("outcomes/{}", node_rank)),
+                detail::outcomes_json(workers, m_run_id));
+}
+
+std::vector<FailureRecord> Rendezvous::read_outcomes(int round, int nnodes, int except) {
+    std::vector<FailureRecord> all;
+    for (int rank = 0; rank < nnodes; ++rank) {
+        const std::string outcomes_key = key(round, fmt::format("outcomes/{}", rank));
+        if (rank == except || !m_store.check({outcomes_key})) continue;
+        auto workers = detail::parse_outcomes(m_store.get(outcomes_key), outcomes_key, m_run_id);
+        if (!workers) {
+            spdlog::warn("{}", workers.error());
+            continue;
+        }
+        all.insert(all.end(), workers->begin(), workers->end());
+    }
+    return all;
 }
 
 void Rendezvous::acknowledge(int round, int node_rank, int nnodes) {

@@ -20,6 +20,7 @@ FailureRecord failure_record(const WorkerOutcome& worker) {
             .count();
     record.message = worker.error_message;
     record.stderr_tail = worker.stderr_tail;
+    record.stopped_by_ddprun = worker.stopped_by_ddprun;
     return record;
 }
 
@@ -35,6 +36,7 @@ WorkerOutcome outcome_from(const FailureRecord& record) {
     o.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(record.time_ms));
     o.error_message = record.message;
     o.stderr_tail = record.stderr_tail;
+    o.stopped_by_ddprun = record.stopped_by_ddprun;
     return o;
 }
 
@@ -49,7 +51,8 @@ const FailureRecord* failure_of(const std::optional<StopEvent>& stop) {
 std::optional<FailureSummary> summarize_failure(const std::string& title,
                                                 const std::optional<StopEvent>& stop,
                                                 const std::vector<WorkerOutcome>& local,
-                                                int node_rank) {
+                                                int node_rank,
+                                                const std::vector<FailureRecord>& others) {
     std::vector<WorkerOutcome> outcomes;
     std::optional<std::size_t> root;
     const FailureRecord* cause = failure_of(stop);
@@ -62,6 +65,11 @@ std::optional<FailureSummary> summarize_failure(const std::string& title,
         if (!w.failed()) continue;
         if (cause && cause->node_rank == node_rank && cause->rank == w.rank) root = outcomes.size();
         outcomes.push_back(w);
+    }
+    for (const auto& record : others) {
+        // The root cause is listed already, from the round's stop (with its stderr).
+        if (cause && cause->node_rank == record.node_rank && cause->rank == record.rank) continue;
+        outcomes.push_back(outcome_from(record));
     }
     if (!root) root = root_cause(outcomes);
     if (!root) return std::nullopt;

@@ -10,10 +10,13 @@
 #include "ddprun/scheduler_env.hpp"
 #include "ddprun/text.hpp"
 
+#include <arpa/inet.h>
+
 #include <fmt/format.h>
 
 #include <cctype>
 #include <charconv>
+#include <cstdint>
 #include <initializer_list>
 #include <string_view>
 #include <utility>
@@ -100,6 +103,12 @@ std::optional<long long> count_ids(std::string_view text) {
     });
     if (!parsed) return std::nullopt;
     return count;
+}
+
+bool is_ip_address(const std::string& text) {
+    in6_addr address{};
+    return ::inet_pton(AF_INET, text.c_str(), &address) == 1 ||
+           ::inet_pton(AF_INET6, text.c_str(), &address) == 1;
 }
 
 constexpr std::string_view k_one_per_node =
@@ -248,14 +257,44 @@ class Detector {
             m_out.master_addr = DetectedValue{hosts->front(), list->name,
                                               fmt::format("first host of {}", list->name)};
         }
-        if (nnodes() > 1 && open("master_port")) {
-            auto id = read_integer(*job, 0, "pass --master_port to override");
+        if (nnodes() > 1 && (open("master_port") || open("rdzv_endpoint") || open("rdzv_id"))) {
+            auto id = read_integer(*job, 0,
+                                   "pass --master_port, --rdzv_endpoint and --rdzv_id to override");
             if (!id) return Failure(id.error());
-            m_out.master_port =
-                DetectedValue{std::to_string(k_slurm_port_base + *id % k_slurm_port_span),
-                              job->name, fmt::format("derived from {}={}", job->name, job->value)};
+            long long step_id = 0;
+            std::string source = fmt::format("derived from {}={}", job->name, job->value);
+            if (auto step_variable = first_set(m_env, {"SLURM_STEP_ID", "SLURM_STEPID"})) {
+                auto n = read_integer(*step_variable, 0, "pass --rdzv_id to override");
+                if (!n) return Failure(n.error());
+                step_id = *n;
+                source += fmt::format(", {}={}", step_variable->name, step_variable->value);
+            }
+            JobPorts ports = job_ports(*id, step_id);
+            if (open("master_port"))
+                m_out.master_port =
+                    DetectedValue{std::to_string(ports.master_port), job->name, source};
+            derive_run(fmt::format("slurm-{}.{}", *id, step_id), ports.store_port, *job, source);
         }
         return true;
+    }
+
+    // The run id and the store's endpoint (node 0's host, the job's store port) of a
+    // job the scheduler knows; only for a job of several nodes, where a store is used.
+    void derive_run(std::string run_id, int store_port, const Variable& from,
+                    const std::string& source) {
+        if (nnodes() <= 1) return;
+        if (open("rdzv_id")) m_out.rdzv_id = DetectedValue{std::move(run_id), from.name, source};
+        if (!open("rdzv_endpoint")) return;
+        std::string host;
+        if (auto it = m_given.find("master_addr"); it != m_given.end())
+            host = it->second;
+        else if (m_out.master_addr)
+            host = m_out.master_addr->value;
+        else
+            return;
+        if (host.find(':') != std::string::npos) host = "[" + host + "]";
+        m_out.rdzv_endpoint =
+            DetectedValue{fmt::format("{}:{}", host, store_port), from.name, source};
     }
 
     // The GPUs Slurm gave this node's step, as a --nproc_per_node value.
@@ -317,6 +356,13 @@ class Detector {
         }
         if (nnodes() > 1 && open("master_port"))
             if (auto port = lookup(m_env, "MASTER_PORT")) m_out.master_port = detected(*port);
+        // Open MPI's job id (a number); PMIx's namespace where that is all there is.
+        if (auto job = first_set(m_env, {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})) {
+            std::string source = fmt::format("derived from {}={}", job->name, job->value);
+            auto number = to_integer(job->value);
+            JobPorts ports = number && *number >= 0 ? job_ports(*number) : job_ports(job->value);
+            derive_run("mpi-" + job->value, ports.store_port, *job, source);
+        }
         return true;
     }
 
@@ -335,6 +381,14 @@ class Detector {
         if (open("master_port"))
             if (auto port = lookup(m_env, "MASTER_PORT"))
                 m_out.master_port = detected(*port, "MASTER_PORT (Kubeflow)");
+        // The operator names node 0's service "<job>-master-0" (a DNS name, maybe with
+        // its domain): the job's name, unique among the jobs of a namespace.
+        auto addr = *lookup(m_env, "MASTER_ADDR");
+        std::string_view job = addr.value;
+        if (!is_ip_address(addr.value)) job = job.substr(0, job.find('.'));
+        if (job.ends_with("-master-0")) job.remove_suffix(std::string_view("-master-0").size());
+        derive_run(fmt::format("kubeflow-{}", job), job_ports(job).store_port, addr,
+                   fmt::format("derived from the Kubeflow job name in MASTER_ADDR={}", addr.value));
     }
 
     const Environment& m_env;
@@ -344,6 +398,20 @@ class Detector {
 };
 
 }  // namespace
+
+JobPorts job_ports(long long job_id, long long step_id) {
+    auto slot = static_cast<int>(
+        (static_cast<unsigned long long>(job_id) * 31 + static_cast<unsigned long long>(step_id)) %
+        k_job_slots);
+    return {k_job_port_base + 2 * slot, k_job_port_base + 2 * slot + 1};
+}
+
+JobPorts job_ports(std::string_view name) {
+    std::uint64_t hash = 14695981039346656037ULL;
+    for (unsigned char c : name) hash = (hash ^ c) * 1099511628211ULL;
+    auto slot = static_cast<int>(hash % k_job_slots);
+    return {k_job_port_base + 2 * slot, k_job_port_base + 2 * slot + 1};
+}
 
 std::expected<LaunchDefaults, Error> detect_launch_environment(const Environment& env,
                                                                const GivenValues& given) {

@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "ddprun/cluster.hpp"
@@ -29,6 +30,35 @@ constexpr std::chrono::milliseconds k_join_linger_bound{2000};
 // c10d 1.13 leaves some store calls without a bound (a listener that never
 // answers): this long past join_timeout the join gives up on the store.
 constexpr std::chrono::milliseconds k_join_guard_slack{5000};
+
+// How long a name server may answer "try again" before the store's host counts
+// as unresolvable.
+constexpr std::chrono::milliseconds k_resolve_retry{5000};
+
+// Node 0's host as every node reaches it. A name that does not resolve (a Slurm
+// node name that is not in DNS, NodeAddr differing from the name) fails every
+// node within seconds, naming the host, where it came from and the fix; else
+// the others would fail after a socket timeout and node 0 after the join
+// timeout, while the allocation burns.
+std::optional<Error> check_store_host(const LaunchConfig& config, const std::string& host) {
+    auto why = resolve_failure(host, k_resolve_retry);
+    if (!why) return std::nullopt;
+    std::string source;
+    for (const auto& [name, value] : config.value_sources)
+        if (name == "master_addr" && value.ends_with(')') && value.find(" (") != std::string::npos)
+            source = value.substr(value.find(" (") + 1);
+    // A --rdzv_endpoint the user gave names the store's host itself.
+    bool endpoint_given = !config.rdzv_endpoint.empty();
+    for (const auto& [name, value] : config.value_sources)
+        if (name == "rdzv_endpoint") endpoint_given = false;
+    std::string fix =
+        endpoint_given ? "fix --rdzv_endpoint=HOST:PORT" : "pass --master_addr=ADDRESS of node 0";
+    if (config.scheduler == "slurm")
+        fix += fmt::format(" (`scontrol show node {}` shows its NodeAddr)", host);
+    return usage_error(fmt::format("node 0's host '{}'{} does not resolve here ({}): {}", host,
+                                   source.empty() || endpoint_given ? "" : " " + source, *why,
+                                   fix));
+}
 
 // What an opener thread hands back. The agent may give up on it (a signal) and
 // destroy the cluster while the thread is still blocked in a store call: the
@@ -58,6 +88,13 @@ class StoreCluster final : public Cluster {
 
     void publish_failure(FailureRecord record) override {
         m_coordinator->publish_failure(m_round, std::move(record));
+    }
+
+    void share_outcomes(std::vector<FailureRecord> workers) override {
+        if (m_coordinator) m_coordinator->set_outcomes(std::move(workers));
+    }
+    std::vector<FailureRecord> others_outcomes() const override {
+        return m_coordinator ? m_coordinator->others_outcomes() : std::vector<FailureRecord>{};
     }
 
     void publish_finished() override {
@@ -164,9 +201,12 @@ void StoreCluster::open(Opened done) {
     // The thread reaches the cluster (`this`) only under the attempt's lock, after checking
     // that it was not abandoned: the cluster may be gone by the time a store call returns.
     m_opener = std::thread([this, &io = m_io, attempt = m_open_attempt, opts, may_fall_back,
-                            done = std::move(done)]() mutable {
-        auto opened = Coordinator::open(io, opts);
-        if (!opened && may_fall_back) {
+                            config = m_ctx.config, done = std::move(done)]() mutable {
+        auto unresolved = check_store_host(config, opts.store.host);
+        auto opened = unresolved
+                          ? decltype(Coordinator::open(io, opts))(std::unexpected(*unresolved))
+                          : Coordinator::open(io, opts);
+        if (!opened && may_fall_back && !unresolved) {
             // Another agent on this machine hosts it already (with ranks assigned at join),
             // or another agent claims node rank 0 too: as a client this agent meets it, and
             // the rendezvous names both hosts. If nothing answers there, the hosting error

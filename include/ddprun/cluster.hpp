@@ -67,6 +67,13 @@ class Cluster {
     // never vanishes under a slower node. `killed`: this agent was killed and
     // leaves at once. Blocking.
     virtual void end_round(bool killed) = 0;
+
+    // Where every node's output shares one console (srun, mpirun), a failed
+    // job prints one summary, on node 0, listing every node's workers: before
+    // end_round each node hands over its failed workers; after it, node 0 gets
+    // the others'. A single node has no others.
+    virtual void share_outcomes(std::vector<FailureRecord> /*workers*/) {}
+    virtual std::vector<FailureRecord> others_outcomes() const { return {}; }
 };
 
 // The cluster for `context`: single-node for --nnodes=1, else the store's.

@@ -79,6 +79,11 @@ class Coordinator {
     // by heartbeat) are acknowledged on their behalf: nobody waits for them.
     void end_round(int round, int node_rank, std::chrono::milliseconds bound,
                    const std::vector<int>& lost = {}, bool store_alive = true);
+    // For a failed round's one summary on a shared console: this node's failed
+    // workers, published by end_round before it acknowledges; and, on the
+    // store's host after end_round, every other node's.
+    void set_outcomes(std::vector<FailureRecord> workers) { m_outcomes = std::move(workers); }
+    const std::vector<FailureRecord>& others_outcomes() const { return m_others_outcomes; }
 
     // Agents of different jobs (--rdzv_id) on one store never meet under their
     // own keys; one key outside every job's namespace tells them apart. On a
@@ -121,7 +126,9 @@ class Coordinator {
 
     boost::asio::io_context& m_io;
     Options m_options;
-    std::unique_ptr<Store> m_store;  // main thread only (abort, end_round)
+    std::vector<FailureRecord> m_outcomes;         // main thread only (end_round)
+    std::vector<FailureRecord> m_others_outcomes;  // main thread only (end_round)
+    std::unique_ptr<Store> m_store;                // main thread only (abort, end_round)
     std::unique_ptr<Rendezvous> m_rendezvous;
     std::unique_ptr<Store> m_ops_store;  // the operations thread's connection
     std::unique_ptr<Rendezvous> m_ops_rendezvous;

@@ -4,7 +4,9 @@
 // (which also sets SO_REUSEADDR) can still bind and listen on it.
 #pragma once
 
+#include <chrono>
 #include <expected>
+#include <optional>
 #include <string>
 
 #include "ddprun/error.hpp"
@@ -38,6 +40,12 @@ struct Endpoint {
 // one colon); `default_port` where no port is given. A port that is not a
 // number 0-65535 (e.g. --master_addr=node0:abc) is a usage error naming `text`.
 std::expected<Endpoint, Error> split_endpoint(const std::string& text, int default_port);
+
+// Why `host` cannot be resolved (getaddrinfo's words, e.g. "Name or service
+// not known"), or nullopt when it resolves. A temporary failure (EAI_AGAIN: a
+// slow or restarting DNS server) is retried for up to `retry_for`.
+std::optional<std::string> resolve_failure(const std::string& host,
+                                           std::chrono::milliseconds retry_for);
 
 // True when `host` names an address of this machine (any loopback address,
 // or one assigned to a local interface): the agents that may host the store.

@@ -72,6 +72,7 @@ struct FailureRecord {
     std::int64_t time_ms = 0;  // when it happened, ms since the epoch
     std::string message;
     std::vector<std::string> stderr_tail;  // kept to the last 20 lines of 500 bytes
+    bool stopped_by_ddprun = false;        // a worker ddprun stopped (another failed)
 };
 
 // How Rendezvous::wait_stop() ended: what the round's "stop" record says
@@ -100,12 +101,15 @@ std::string to_json(const NodeInfo& info);
 std::expected<NodeInfo, std::string> parse_node_info(std::string_view text);
 std::string to_json(const FailureRecord& record);
 std::expected<FailureRecord, std::string> parse_failure_record(std::string_view text);
-// The record under a round's "result" key (read from `key`), as the agent `me`
-// reads it (its node rank, nnodes and agent id): the round's membership, or why
-// the round did not start (an abort, a record that is not one, a membership that
-// does not fit `me`) as an error naming the key.
+
+// The record under a round's "result" key (read from `key`) of run `run_id`,
+// as the agent `me` reads it (its node rank, nnodes and agent id): the round's
+// membership, or why the round did not start (an abort, a record that is not
+// one or is another run's, a membership that does not fit `me`) as an error
+// naming the key.
 std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
-                                                         const std::string& key, int round,
+                                                         const std::string& key,
+                                                         const std::string& run_id, int round,
                                                          const NodeInfo& me);
 
 }  // namespace ddprun

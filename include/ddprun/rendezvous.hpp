@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,6 +74,14 @@ class Rendezvous {
     // store is a StopEvent too. Meant for its own thread and Store::clone().
     StopEvent wait_stop(int round, std::chrono::milliseconds timeout) noexcept;
 
+    // A failed round's workers on `node_rank` (failed or stopped), for the one
+    // summary node 0 prints where every node's output shares a console.
+    // Throws StoreError.
+    void publish_outcomes(int round, int node_rank, const std::vector<FailureRecord>& workers);
+    // What every node but `except` published; a node that did not, or whose
+    // record is malformed (logged), is left out. Throws StoreError.
+    std::vector<FailureRecord> read_outcomes(int round, int nnodes, int except);
+
     // This node has seen the round's stop. Throws StoreError.
     void acknowledge(int round, int node_rank, int nnodes);
     // For the store's host before it exits: blocks until all `nnodes` nodes
@@ -89,11 +98,29 @@ class Rendezvous {
     // The key of `name` in `round` (see the top of this file).
     std::string key(int round, std::string_view name) const;
 
+    // While join() waits, every `interval` (30 s by default) one line says who
+    // is missing: "waiting for nodes 1, 3 (2 of 4 joined, 30 s of 600)". Node
+    // 0 reads the records and publishes the list; the others read it. No store
+    // wait of a join is longer than the interval. `report` gets the line
+    // (spdlog's info by default).
+    using ProgressReport = std::function<void(const std::string&)>;
+    void set_join_progress(std::chrono::milliseconds interval, ProgressReport report);
+
   private:
-    std::optional<Error> collect(int round, const NodeInfo& me,
-                                 std::chrono::steady_clock::time_point deadline);
-    void check_node_zero(int round, const NodeInfo& me,
-                         std::chrono::steady_clock::time_point deadline);
+    using Clock = std::chrono::steady_clock;
+    // The join in progress: its bounds, for the waits and the progress lines.
+    struct JoinClock {
+        int round = 0;
+        const NodeInfo* me = nullptr;
+        Clock::time_point start, deadline, next_report;
+    };
+    // Waits for `keys` until the join's deadline (throws JoinTimedOut past it),
+    // in slices of at most the progress interval, reporting after each.
+    void wait_joining(const std::vector<std::string>& keys);
+    void report_waiting();
+
+    std::optional<Error> collect(int round, const NodeInfo& me);
+    void check_node_zero(int round, const NodeInfo& me);
     std::string abort_join(int round, const std::string& message, int exit_code, int nnodes);
     std::expected<RoundMembership, Error> read_result(int round, const NodeInfo& me);
     std::expected<RoundMembership, Error> join_timed_out(int round, const NodeInfo& me,
@@ -102,6 +129,9 @@ class Rendezvous {
     Store& m_store;
     std::string m_run_id;
     std::string m_agent_id;
+    std::chrono::milliseconds m_progress_interval = std::chrono::seconds(30);
+    ProgressReport m_report_progress;
+    JoinClock m_join;
 };
 
 }  // namespace ddprun

@@ -27,11 +27,14 @@ struct FailureSummary {
 
 // The summary of a failed round on node `node_rank`: the round's root cause
 // (from `stop` when it names a failure, else the earliest of `local`), then
-// this node's other failed workers. nullopt when nothing failed.
+// this node's other failed workers and those of `others` (the other nodes'
+// failed workers, where one box speaks for the whole job). nullopt when
+// nothing failed.
 std::optional<FailureSummary> summarize_failure(const std::string& title,
                                                 const std::optional<StopEvent>& stop,
                                                 const std::vector<WorkerOutcome>& local,
-                                                int node_rank);
+                                                int node_rank,
+                                                const std::vector<FailureRecord>& others = {});
 
 // One line for the log when a round fails and restarts: "rank 3 on host failed (exit code 1)".
 std::string describe_failure(const std::optional<StopEvent>& stop,

@@ -17,15 +17,24 @@
 //                     count of SLURM_STEP_GPUS (SLURM_JOB_GPUS outside a step)
 //     master_addr     first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST,
 //                     SLURM_NODELIST)
-//     master_port     k_slurm_port_base + SLURM_JOB_ID % k_slurm_port_span
+//     master_port     the even port of the job step's slot (see job_ports below)
+//     rdzv_endpoint   master_addr and the odd port of the slot: the store's
+//     rdzv_id         "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>"
 //   mpirun (OMPI_COMM_WORLD_SIZE/_RANK, else PMI_SIZE/PMI_RANK; one per node):
 //     nnodes, node_rank from them; master_addr/master_port from a plain
 //     MASTER_ADDR/MASTER_PORT (mpirun -x MASTER_ADDR=...), required on more
-//     than one node since MPI does not tell where rank 0 runs.
+//     than one node since MPI does not tell where rank 0 runs. rdzv_id
+//     "mpi-<job id>" and the store's port from Open MPI's job id
+//     (OMPI_MCA_ess_base_jobid, else PMIX_NAMESPACE); MASTER_PORT stays a free
+//     port that node 0 reserves, which never collides.
 //   Kubeflow PyTorchJob (PET_NNODES and a plain MASTER_ADDR, as the operator
 //   sets them): master_addr, master_port from MASTER_ADDR, MASTER_PORT; node_rank
 //   from RANK (the pod's rank; PET_NODE_RANK wins when set). WORLD_SIZE counts
-//   processes there and is never read.
+//   processes there and is never read. rdzv_id "kubeflow-<job>" and the
+//   store's port from the job's name, which the operator puts in MASTER_ADDR
+//   ("<job>-master-0").
+// Why the ids and ports are derived: two jobs (or two steps of one allocation)
+// whose node 0 is the same host would otherwise meet in one store on 29400.
 // master_addr and master_port are only filled for a job of more than one node:
 // a single node keeps 127.0.0.1 and a free port.
 #pragma once
@@ -35,6 +44,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ddprun/config.hpp"
 #include "ddprun/environment.hpp"
@@ -42,12 +52,24 @@
 
 namespace ddprun {
 
-// Slurm's master port: 20000-28999, below the rendezvous store's default 29400
-// and torchrun's 29500 so it never lands on either, and the same on every node
-// of a job. Jobs whose ids differ by a multiple of the span would share it if
-// they also shared node 0; pass --master_port to rule that out.
-constexpr int k_slurm_port_base = 20000;
-constexpr int k_slurm_port_span = 9000;
+// A job's ports: slot s of k_job_slots gives MASTER_PORT k_job_port_base + 2s
+// and the store k_job_port_base + 2s + 1, so one job's store never lands on
+// another's MASTER_PORT. 20000-28999: below the store's default 29400 and
+// torchrun's 29500, and below Linux's ephemeral ports (32768 up). The same on
+// every node of a job. Jobs whose slots coincide and share node 0 fail to
+// start (the port is taken), never join each other (the run ids differ); pass
+// --rdzv_endpoint and --master_port to rule it out.
+constexpr int k_job_port_base = 20000;
+constexpr int k_job_slots = 4500;
+
+struct JobPorts {
+    int master_port;
+    int store_port;
+};
+// Slurm: slot (job * 31 + step) % k_job_slots, so the steps of one job and
+// consecutive jobs get different slots; other schedulers: id % k_job_slots.
+JobPorts job_ports(long long job_id, long long step_id = 0);
+JobPorts job_ports(std::string_view name);  // a job known by name: its FNV-1a hash
 
 // One value read from the scheduler's environment.
 struct DetectedValue {
@@ -67,6 +89,8 @@ struct LaunchDefaults {
     std::optional<DetectedValue> nproc_per_node;
     std::optional<DetectedValue> master_addr;
     std::optional<DetectedValue> master_port;
+    std::optional<DetectedValue> rdzv_endpoint;
+    std::optional<DetectedValue> rdzv_id;
 };
 
 // Values the user chose (a flag, DDPRUN_<NAME> or PET_<NAME>), by option name

@@ -111,7 +111,7 @@ inline std::string check_round_result(std::string_view data) {
     me.agent_id = "a1";
     const std::string key = "ddprun/job/r0/result";
     try {
-        auto parsed = ddprun::parse_round_result(data, key, 0, me);
+        auto parsed = ddprun::parse_round_result(data, key, "job", 0, me);
         if (!parsed) {
             std::string broken = check_one_line("parse_round_result", parsed.error().message);
             if (!broken.empty()) return broken;

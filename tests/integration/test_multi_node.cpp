@@ -504,6 +504,59 @@ INSTANTIATE_TEST_SUITE_P(
                      {"run id", "job-a", "job-b"}}),
     [](const ::testing::TestParamInfo<MismatchCase>& param_info) { return param_info.param.name; });
 
+// Node 0's name does not resolve (a Slurm node name that is not in DNS): every
+// node says so in one line, with the fix, within seconds; none waits for a
+// socket or join timeout, no worker starts.
+TEST_F(MultiNodeRendezvous, AnUnresolvableMasterHostFailsEveryNodeAtOnce) {
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int rank = 0; rank < 2; ++rank) {
+        RunOptions options;
+        options.timeout = k_node_guard;
+        agents.push_back(
+            start({"--nnodes=2", fmt::format("--node_rank={}", rank), "--master_addr=node0.invalid",
+                   "--nproc_per_node=1", "--rdzv_id=" + m_run_id, k_fake_worker, "print", "1"},
+                  options));
+    }
+    auto r = wait_nodes(agents);
+    for (std::size_t i = 0; i < r.size(); ++i) {
+        SCOPED_TRACE(fmt::format("node {}", i));
+        EXPECT_FALSE(r[i].timed_out) << describe_all(r);
+        EXPECT_EQ(r[i].exit_code, 2) << describe_all(r);
+        auto lines = own_lines_with(
+            r[i].err, {"'node0.invalid'", "does not resolve", "--master_addr=ADDRESS of node 0"});
+        EXPECT_EQ(lines.size(), 1u) << describe_all(r);
+        std::printf("[ measured ] node %zu exited after %lld ms\n", i,
+                    static_cast<long long>(r[i].elapsed.count()));
+    }
+    EXPECT_TRUE(recorded_pids().empty()) << "no worker may start\n" << describe_all(r);
+}
+
+// Two jobs whose stores end up on one endpoint never form one world: the agent
+// of the job that came second is refused, the first job runs on untouched.
+TEST_F(MultiNodeRendezvous, AnotherJobsStoreIsNeverJoined) {
+    Job job;
+    const std::vector<std::string> actions = {
+        "ready", m_dir + "/ready.{rank}", "wait-file", m_dir + "/go", "print", "1"};
+    std::vector<std::unique_ptr<DdprunProcess>> first;
+    first.push_back(start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = actions}));
+    first.push_back(start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}));
+    wait_ready(4, first);
+    // The second job: its own run id and program, the first job's endpoint.
+    auto second = start_node(job, {.node_rank = 1,
+                                   .addr = "127.0.0.3",
+                                   .flags = {"--rdzv_id=other-job"},
+                                   .actions = {"print", "2"}});
+    auto refused = second->wait();
+    EXPECT_EQ(refused.exit_code, k_rendezvous_exit) << refused.describe();
+    auto lines = own_lines_with(refused.err, {"belongs to another job", "'other-job'",
+                                              "'" + m_run_id + "'", "--rdzv_endpoint"});
+    EXPECT_EQ(lines.size(), 1u) << refused.describe();
+    write_text_file(path("go"), "");
+    auto r = wait_nodes(first);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    EXPECT_EQ(lines_by_rank(r[0].out + r[1].out).size(), 4u) << describe_all(r);
+}
+
 TEST_F(MultiNodeRendezvous, JoinTimeoutNamesTheNodesThatNeverJoined) {
     Job job;
     job.nnodes = 3;

@@ -825,6 +825,44 @@ TEST_F(SingleNodeCleanup, SigkillOfDdprunLeavesNoTemporaryFiles) {
                        << r.describe();
 }
 
+// scancel JOB.STEP, KillWait under proctrack/cgroup or the OOM killer SIGKILL
+// both ddprun processes at once: neither can remove its scratch directory, so
+// the next ddprun on the machine does; a live job's directory is never touched.
+TEST_F(SingleNodeCleanup, AWholeJobKilledAtOnceLeavesNothingAfterTheNextRun) {
+    std::string tmp = path("tmp");
+    std::filesystem::create_directories(tmp);
+    RunOptions options;
+    options.env = {{"TMPDIR", tmp}};
+    auto killed = start(job({"--nproc_per_node=2"}, sleepers(m_dir, {})), options);
+    wait_ready(m_dir, 2, *killed);
+    // The supervisor and the agent (its child, in a process group of its own), at once.
+    auto agent = children_of(killed->pid());
+    ASSERT_EQ(agent.size(), 1u);
+    ::kill(agent.front(), SIGKILL);
+    ::kill(killed->pid(), SIGKILL);
+    auto r = killed->wait();
+    EXPECT_EQ(r.exit_code, 137) << r.describe();
+    expect_orphans_to_clean_up();
+    EXPECT_TRUE(wait_job_gone(k_orphan_grace).empty());
+    auto left = directory_entries(tmp);
+    ASSERT_EQ(left.size(), 1u) << "the killed job's scratch directory is the reproduction";
+    EXPECT_TRUE(left.front().starts_with("ddprun-")) << left.front();
+
+    auto alive = start(
+        job({"--nproc_per_node=1"}, {"ready", m_dir + "/alive.{rank}", "sleep", "300"}), options);
+    ASSERT_TRUE(wait_for_file(path("alive.0"), 30s)) << alive->err_so_far();
+    auto next = run(job({"--nproc_per_node=1"}, {"print", "1"}), options);
+    EXPECT_EQ(next.exit_code, 0) << next.describe();
+    auto now = directory_entries(tmp);
+    EXPECT_EQ(now.size(), 1u) << "the killed job's directory is gone, the live job's stays: "
+                              << fmt::format("{}", fmt::join(now, ", "));
+    EXPECT_NE(now, left);
+    alive->send_signal(SIGTERM);
+    auto stopped = alive->wait();
+    EXPECT_EQ(stopped.exit_code, 128 + SIGTERM) << stopped.describe();
+    EXPECT_EQ(directory_entries(tmp), std::vector<std::string>{});
+}
+
 // --- usage errors -------------------------------------------------------------
 
 struct UsageCase {

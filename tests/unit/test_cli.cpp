@@ -3,7 +3,9 @@
 // every mistake must come back as one line that names the flag and the value.
 
 #include "ddprun/cli.hpp"
+#include "ddprun/scheduler_env.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -752,13 +754,18 @@ TEST(CliScheduler, SlurmFillsWhatTheUserLeftOpen) {
     EXPECT_EQ(c.node_rank, 1);
     EXPECT_EQ(c.nproc_per_node.kind, NprocKind::Gpu);
     EXPECT_EQ(c.master_addr, "gpu07");
-    EXPECT_EQ(c.master_port, 20000 + 12345 % 9000);
+    EXPECT_EQ(c.master_port, job_ports(12345, 0).master_port);
+    EXPECT_EQ(c.rdzv_endpoint, fmt::format("gpu07:{}", job_ports(12345, 0).store_port));
+    EXPECT_EQ(c.rdzv_id, "slurm-12345.0");
+    const std::string derived = "derived from SLURM_JOB_ID=12345, SLURM_STEP_ID=0";
     EXPECT_EQ(c.value_sources,
               (Sources{{"nnodes", "2 (SLURM_STEP_NUM_NODES)"},
                        {"node_rank", "1 (SLURM_NODEID)"},
                        {"nproc_per_node", "gpu (CUDA_VISIBLE_DEVICES of the Slurm step)"},
                        {"master_addr", "gpu07 (first host of SLURM_STEP_NODELIST)"},
-                       {"master_port", "23345 (derived from SLURM_JOB_ID=12345)"}}));
+                       {"master_port", fmt::format("20390 ({})", derived)},
+                       {"rdzv_endpoint", fmt::format("gpu07:20391 ({})", derived)},
+                       {"rdzv_id", fmt::format("slurm-12345.0 ({})", derived)}}));
     // Without a device list, the count Slurm gave.
     c = parse_ok({"./train"}, with(slurm_env(), {}, {"CUDA_VISIBLE_DEVICES"}));
     EXPECT_EQ(c.nproc_per_node.kind, NprocKind::Count);
@@ -782,11 +789,16 @@ TEST(CliScheduler, FlagThenDdprunThenPetThenScheduler) {
     EXPECT_EQ(c.nproc_per_node.count, 2);
     EXPECT_EQ(c.master_addr, "10.0.0.1");
     EXPECT_EQ(c.master_port, 29500);
-    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "4 (flag --nnodes)"},
-                                        {"node_rank", "3 (flag --node-rank)"},
-                                        {"nproc_per_node", "2 (flag --nproc)"},
-                                        {"master_addr", "10.0.0.1 (flag --master_addr)"},
-                                        {"master_port", "29500 (flag --master_port)"}}));
+    EXPECT_EQ(
+        c.value_sources,
+        (Sources{
+            {"nnodes", "4 (flag --nnodes)"},
+            {"node_rank", "3 (flag --node-rank)"},
+            {"nproc_per_node", "2 (flag --nproc)"},
+            {"master_addr", "10.0.0.1 (flag --master_addr)"},
+            {"master_port", "29500 (flag --master_port)"},
+            {"rdzv_endpoint", "10.0.0.1:20391 (derived from SLURM_JOB_ID=12345, SLURM_STEP_ID=0)"},
+            {"rdzv_id", "slurm-12345.0 (derived from SLURM_JOB_ID=12345, SLURM_STEP_ID=0)"}}));
 
     Environment env = with(slurm_env(), {{"DDPRUN_MASTER_ADDR", "ddp-host"},
                                          {"PET_MASTER_ADDR", "pet-host"},
@@ -796,11 +808,16 @@ TEST(CliScheduler, FlagThenDdprunThenPetThenScheduler) {
     EXPECT_EQ(c.master_addr, "ddp-host");
     EXPECT_EQ(c.master_port, 29501);
     EXPECT_EQ(c.nproc_per_node.count, 3);
-    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "2 (flag --nnodes)"},
-                                        {"node_rank", "1 (SLURM_NODEID)"},
-                                        {"nproc_per_node", "3 (PET_NPROC_PER_NODE)"},
-                                        {"master_addr", "ddp-host (DDPRUN_MASTER_ADDR)"},
-                                        {"master_port", "29501 (PET_MASTER_PORT)"}}));
+    EXPECT_EQ(
+        c.value_sources,
+        (Sources{
+            {"nnodes", "2 (flag --nnodes)"},
+            {"node_rank", "1 (SLURM_NODEID)"},
+            {"nproc_per_node", "3 (PET_NPROC_PER_NODE)"},
+            {"master_addr", "ddp-host (DDPRUN_MASTER_ADDR)"},
+            {"master_port", "29501 (PET_MASTER_PORT)"},
+            {"rdzv_endpoint", "ddp-host:20391 (derived from SLURM_JOB_ID=12345, SLURM_STEP_ID=0)"},
+            {"rdzv_id", "slurm-12345.0 (derived from SLURM_JOB_ID=12345, SLURM_STEP_ID=0)"}}));
 }
 
 TEST(CliScheduler, NoSchedulerReportsWhereEachValueCameFrom) {
@@ -874,11 +891,18 @@ TEST(CliScheduler, KubeflowPyTorchJob) {
     EXPECT_EQ(c.nproc_per_node.count, 4);
     EXPECT_EQ(c.master_addr, "job-master-0");
     EXPECT_EQ(c.master_port, 23456);
-    EXPECT_EQ(c.value_sources, (Sources{{"nnodes", "2 (PET_NNODES)"},
-                                        {"node_rank", "1 (PET_NODE_RANK)"},
-                                        {"nproc_per_node", "4 (PET_NPROC_PER_NODE)"},
-                                        {"master_addr", "job-master-0 (MASTER_ADDR (Kubeflow))"},
-                                        {"master_port", "23456 (MASTER_PORT (Kubeflow))"}}));
+    EXPECT_EQ(
+        c.value_sources,
+        (Sources{
+            {"nnodes", "2 (PET_NNODES)"},
+            {"node_rank", "1 (PET_NODE_RANK)"},
+            {"nproc_per_node", "4 (PET_NPROC_PER_NODE)"},
+            {"master_addr", "job-master-0 (MASTER_ADDR (Kubeflow))"},
+            {"master_port", "23456 (MASTER_PORT (Kubeflow))"},
+            {"rdzv_endpoint",
+             "job-master-0:24937 (derived from the Kubeflow job name in MASTER_ADDR=job-master-0)"},
+            {"rdzv_id",
+             "kubeflow-job (derived from the Kubeflow job name in MASTER_ADDR=job-master-0)"}}));
     // Older operators set no PET_NODE_RANK: the pod's RANK is the node rank.
     c = parse_ok({"train.py"}, with(pod, {}, {"PET_NODE_RANK"}));
     EXPECT_EQ(c.node_rank, 1);

@@ -309,6 +309,49 @@ TEST(RendezvousJoin, TimeoutWithoutNodeZero) {
     EXPECT_TRUE(contains(error_of(results[0]), "node 0 never joined")) << error_of(results[0]);
 }
 
+// A long join says every interval who is missing, on every agent (node 0 reads
+// the records, the others read what it published), and never waits longer than
+// the interval in one store call.
+TEST(RendezvousJoin, WaitingAgentsSayWhoIsMissing) {
+    auto store = make_memory_store(20s);
+    std::vector<Agent> agents = {{node(4, 0), true}, {node(4, 2), false}};
+    std::vector<std::vector<std::string>> lines(agents.size());
+    std::vector<std::thread> threads;
+    std::mutex mutex;
+    for (std::size_t i = 0; i < agents.size(); ++i) {
+        threads.emplace_back([&, i, connection = store->clone()]() mutable {
+            Rendezvous rendezvous(*connection, "job");
+            rendezvous.set_join_progress(100ms, [&, i](const std::string& line) {
+                std::lock_guard lock(mutex);
+                lines[i].push_back(line);
+            });
+            auto joined = rendezvous.join(0, agents[i].me, agents[i].is_store_host, 1050ms);
+            EXPECT_FALSE(joined);
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    for (std::size_t i = 0; i < agents.size(); ++i) {
+        SCOPED_TRACE(fmt::format("agent {}", i));
+        // Ten intervals fit in the timeout: at least a few lines, never a flood.
+        ASSERT_GE(lines[i].size(), 3u);
+        EXPECT_LE(lines[i].size(), 10u);
+        const std::string& last = lines[i].back();
+        EXPECT_TRUE(contains(last, "waiting for nodes 1, 3 (2 of 4 joined, ")) << last;
+        EXPECT_TRUE(contains(last, " s of 1)")) << last;
+    }
+}
+
+TEST(RendezvousJoin, WaitingForNodeZeroSaysSo) {
+    auto store = make_memory_store(20s);
+    std::vector<std::string> lines;
+    Rendezvous rendezvous(*store, "job");
+    rendezvous.set_join_progress(50ms, [&](const std::string& line) { lines.push_back(line); });
+    EXPECT_FALSE(rendezvous.join(0, node(2, 1), false, 300ms));
+    ASSERT_FALSE(lines.empty());
+    EXPECT_TRUE(contains(lines.front(), "waiting for node 0, the store's host, to join (0 s of 0)"))
+        << lines.front();
+}
+
 TEST(RendezvousJoin, AbortStopsAgentsStillJoining) {
     auto store = make_memory_store(20s);
     std::thread aborter([connection = store->clone()] {
@@ -377,9 +420,13 @@ struct GarbageCase {
 TEST(RendezvousJoin, MalformedRecordsGiveOneClearLine) {
     const GarbageCase cases[] = {
         {"result not JSON", "result", "garbage{", "not JSON"},
-        {"result not ours", "result", R"({"kind":"party"})", "neither a membership"},
+        {"result not ours", "result", R"({"kind":"party","run_id":"job"})", "neither a membership"},
+        {"result of no run", "result", R"({"kind":"membership","nproc":[1,1]})",
+         "field 'run_id' is missing"},
+        {"result of another run", "result", R"({"kind":"abort","run_id":"job-b"})",
+         "it is run 'job-b''s, not this run's ('job')"},
         {"result membership without fingerprint", "result",
-         R"({"kind":"membership","nproc":[1,1]})", "field 'nnodes' is missing"},
+         R"({"kind":"membership","run_id":"job","nproc":[1,1]})", "field 'nnodes' is missing"},
         {"result membership of strings", "result",
          R"({"kind":"membership","nproc":["a","b"],"nnodes":2,"program":"p","max_restarts":0,)"
          R"("run_id":"job","version":"v","master_addr":"h","master_port":1})",
@@ -388,9 +435,11 @@ TEST(RendezvousJoin, MalformedRecordsGiveOneClearLine) {
          R"({"kind":"membership","nproc":[1,1],"host":["h"],"nnodes":2,"program":"p",)"
          R"("max_restarts":0,"run_id":"job","version":"v","master_addr":"h","master_port":1})",
          "field 'host' lists 1 nodes, not 2"},
-        {"result abort without message", "result", R"({"kind":"abort"})", "field 'message'"},
+        {"result abort without message", "result", R"({"kind":"abort","run_id":"job"})",
+         "field 'message'"},
         {"result abort with a blank message", "result",
-         R"({"kind":"abort","message":"\n ","exit_code":75})", "field 'message' is empty"},
+         R"({"kind":"abort","run_id":"job","message":"\n ","exit_code":75})",
+         "field 'message' is empty"},
         {"deep nesting", "result", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "nested too deeply"},
     };
     for (const auto& c : cases) {
@@ -493,11 +542,13 @@ TEST(RendezvousRecords, FailureRecordRoundTripsAndIsCapped) {
     record.signal = 11;
     record.time_ms = 1'790'000'000'000;
     record.message = "Segmentation fault";
+    record.stopped_by_ddprun = true;
     for (int i = 0; i < 30; ++i) record.stderr_tail.push_back("line " + std::to_string(i));
     record.stderr_tail.back() = std::string(2000, 'x');
     auto parsed = parse_failure_record(to_json(record));
     ASSERT_TRUE(parsed) << parsed.error();
     EXPECT_EQ(parsed->kind, FailureKind::Signal);
+    EXPECT_TRUE(parsed->stopped_by_ddprun);
     EXPECT_EQ(parsed->node_rank, 1);
     EXPECT_EQ(parsed->host, "b");
     EXPECT_EQ(parsed->rank, 3);
@@ -575,8 +626,11 @@ TEST(RendezvousRecords, GarbageNeverThrows) {
         {R"({"kind":"worker","node_rank":-5})", "out of range"},
         {R"({"kind":"worker","node_rank":1.5})", "not an integer"},
         {R"({"kind":"nope","node_rank":0,"host":"","rank":0,"local_rank":0,"pid":0,)"
-         R"("exit_code":1,"signal":0,"time_ms":0,"message":"","stderr_tail":[]})",
+         R"("exit_code":1,"signal":0,"time_ms":0,"message":"","stderr_tail":[],"stopped":false})",
          "not a known failure kind"},
+        {R"({"kind":"worker","node_rank":0,"host":"","rank":0,"local_rank":0,"pid":0,)"
+         R"("exit_code":1,"signal":0,"time_ms":0,"message":"","stderr_tail":[],"stopped":1})",
+         "field 'stopped' is not true or false"},
         {R"({"kind":"worker","node_rank":0,"host":"","rank":0,"local_rank":0,"pid":0,)"
          R"("exit_code":1,"signal":0,"time_ms":0,"message":"","stderr_tail":[1]})",
          "stderr_tail"},
@@ -717,6 +771,26 @@ TEST(RendezvousStop, MalformedStopRecordIsAnAbortNamingTheKey) {
         EXPECT_TRUE(contains(seen.message, "malformed record under 'ddprun/job/r0/stop'"))
             << seen.message;
     }
+}
+
+// Two jobs that reach one store never act on each other's records, even under
+// the same keys: every result and stop names its run.
+TEST(RendezvousStop, ARecordOfAnotherRunIsNeverTaken) {
+    Round round(1);
+    round.store->set("ddprun/job/r0/stop", R"({"kind":"done","run_id":"other"})");
+    StopEvent seen = round.agents[0].wait_stop(0, 1s);
+    EXPECT_EQ(seen.kind, StopEvent::Kind::Abort);
+    EXPECT_TRUE(contains(seen.message, "it is run 'other''s, not this run's ('job')"))
+        << seen.message;
+
+    auto store = make_memory_store(20s);
+    std::string membership = R"({"kind":"membership","run_id":"other","nproc":[1]})";
+    store->set("ddprun/job/r0/result", membership);
+    store->set("ddprun/job/r0/joined/1", R"({"node_rank":-1,"nnodes":1})");
+    Rendezvous rendezvous(*store, "job");
+    auto joined = rendezvous.join(0, node(1, 0), true, 1s);
+    ASSERT_FALSE(joined);
+    EXPECT_TRUE(contains(joined.error().message, "run 'other''s")) << joined.error().message;
 }
 
 TEST(RendezvousStop, StoreHostWaitsForEveryAcknowledgement) {

@@ -3,6 +3,7 @@
 // letting worker output garble the terminal. (The error files it quotes are
 // tested in test_error_file.cpp.)
 #include "ddprun/report.hpp"
+#include "ddprun/round_report.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace ddprun {
@@ -407,6 +409,33 @@ TEST_F(ReportSummary, ManyOtherFailuresAreSummarised) {
     EXPECT_EQ(line_with(lines, "  rank 32 "), -1);
     EXPECT_GE(line_with(lines, "  ... and 69 more (69 stopped by ddprun)"), 0);
     EXPECT_LT(lines.size(), 60u);
+}
+
+// On a shared console (srun, mpirun) node 0's one box lists every node's workers:
+// the root cause once (from the round's stop, with its stderr), then the rest.
+TEST(RoundReport, OneBoxForTheWholeJobListsEveryNode) {
+    WorkerOutcome root = failed_worker(2, 3, k_t0);
+    root.stderr_tail = {"boom"};
+    StopEvent stop;
+    stop.kind = StopEvent::Kind::Failure;
+    stop.failure = failure_record(root);
+    const std::vector<WorkerOutcome> local = {stopped_worker(0, k_t0 + 1s),
+                                              stopped_worker(1, k_t0 + 1s)};
+    FailureRecord root_again = failure_record(root);
+    root_again.stderr_tail.clear();
+    const std::vector<FailureRecord> others = {root_again,
+                                               failure_record(stopped_worker(3, k_t0 + 1s))};
+    auto summary = summarize_failure("ddprun: job failed", stop, local, 0, others);
+    ASSERT_TRUE(summary);
+    EXPECT_EQ(summary->exit_code, 3);
+    const auto lines = lines_of(summary->box);
+    EXPECT_GE(line_with(lines, "root cause: rank 2 "), 0) << summary->box;
+    EXPECT_GE(line_with(lines, "| boom"), 0) << summary->box;
+    EXPECT_GE(line_with(lines, "other failures (3):"), 0) << summary->box;
+    for (int rank : {0, 1, 3})
+        EXPECT_GE(line_with(lines, fmt::format("  rank {} ", rank)), 0) << summary->box;
+    EXPECT_EQ(line_with(lines, "  rank 2 "), -1) << "the root cause is listed once\n"
+                                                 << summary->box;
 }
 
 TEST_F(ReportSummary, RootOutOfRangeDoesNotCrash) {

@@ -6,9 +6,11 @@
 
 #include "ddprun/scheduler_env.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,8 +125,10 @@ TEST(SchedulerSlurm, AStepGivesEveryValue) {
                                                "CUDA_VISIBLE_DEVICES of the Slurm step"}));
     EXPECT_EQ(d.master_addr,
               (DetectedValue{"gpu07", "SLURM_STEP_NODELIST", "first host of SLURM_STEP_NODELIST"}));
-    EXPECT_EQ(d.master_port,
-              (DetectedValue{"23345", "SLURM_JOB_ID", "derived from SLURM_JOB_ID=12345"}));
+    const std::string derived = "derived from SLURM_JOB_ID=12345, SLURM_STEP_ID=0";
+    EXPECT_EQ(d.master_port, (DetectedValue{"20390", "SLURM_JOB_ID", derived}));
+    EXPECT_EQ(d.rdzv_endpoint, (DetectedValue{"gpu07:20391", "SLURM_JOB_ID", derived}));
+    EXPECT_EQ(d.rdzv_id, (DetectedValue{"slurm-12345.0", "SLURM_JOB_ID", derived}));
 }
 
 TEST(SchedulerSlurm, NodeCount) {
@@ -281,27 +285,31 @@ TEST(SchedulerSlurm, MasterAddressIsTheFirstHostOfTheStep) {
         &LaunchDefaults::master_addr);
 }
 
-TEST(SchedulerSlurm, MasterPortIsDerivedFromTheJobId) {
+TEST(SchedulerSlurm, PortsAreDerivedFromTheJobAndStep) {
     const Environment step = slurm_step();
-    auto port = [](std::string id, std::string number, std::string variable = "SLURM_JOB_ID") {
-        return DetectedValue{number, variable, "derived from " + variable + "=" + id};
+    auto port = [](std::string number, std::string id, std::string step_id = "0",
+                   std::string variable = "SLURM_JOB_ID") {
+        return DetectedValue{
+            number, variable,
+            fmt::format("derived from {}={}, SLURM_STEP_ID={}", variable, id, step_id)};
     };
     expect_values(
         {
-            {"12345", step, {}, port("12345", "23345")},
-            {"the lowest", with(step, {{"SLURM_JOB_ID", "9000"}}), {}, port("9000", "20000")},
-            {"the highest, below the store's 29400",
-             with(step, {{"SLURM_JOB_ID", "8999"}}),
+            {"12345", step, {}, port("20390", "12345")},
+            {"the next step of the job",
+             with(step, {{"SLURM_STEP_ID", "1"}}),
              {},
-             port("8999", "28999")},
+             port("20392", "12345", "1")},
+            {"the next job", with(step, {{"SLURM_JOB_ID", "12346"}}), {}, port("20452", "12346")},
+            {"the lowest", with(step, {{"SLURM_JOB_ID", "9000"}}), {}, port("20000", "9000")},
             {"a large id",
              with(step, {{"SLURM_JOB_ID", "4294967295"}}),
              {},
-             port("4294967295", std::to_string(20000 + 4294967295LL % 9000))},
+             port("24290", "4294967295")},
             {"SLURM_JOBID when SLURM_JOB_ID is missing",
              with(step, {{"SLURM_JOBID", "42"}}, {"SLURM_JOB_ID"}),
              {},
-             port("42", "20042", "SLURM_JOBID")},
+             port("22604", "42", "0", "SLURM_JOBID")},
             {"a one-node job picks a free port",
              with(step, {{"SLURM_STEP_NUM_NODES", "1"}}),
              {},
@@ -310,6 +318,55 @@ TEST(SchedulerSlurm, MasterPortIsDerivedFromTheJobId) {
             {"--standalone decides it", step, {{"standalone", "1"}}, std::nullopt},
         },
         &LaunchDefaults::master_port);
+}
+
+// Two jobs, or two steps of one allocation, whose node 0 is the same host must
+// not meet in one store: each job step gets its own run id and store port.
+TEST(SchedulerSlurm, EveryJobStepHasItsOwnStoreAndRunId) {
+    const Environment step = slurm_step();
+    auto endpoint = [](std::string value) {
+        return DetectedValue{std::move(value), "SLURM_JOB_ID",
+                             "derived from SLURM_JOB_ID=12345, SLURM_STEP_ID=0"};
+    };
+    expect_values(
+        {
+            {"node 0 and the store port", step, {}, endpoint("gpu07:20391")},
+            {"the user's master_addr",
+             step,
+             {{"master_addr", "10.0.0.1"}},
+             endpoint("10.0.0.1:20391")},
+            {"an IPv6 master_addr",
+             step,
+             {{"master_addr", "fd00::1"}},
+             endpoint("[fd00::1]:20391")},
+            {"given by the user", step, {{"rdzv_endpoint", "h:1"}}, std::nullopt},
+            {"a one-node job has no store",
+             with(step, {{"SLURM_STEP_NUM_NODES", "1"}}),
+             {},
+             std::nullopt},
+        },
+        &LaunchDefaults::rdzv_endpoint);
+    EXPECT_EQ(detect_ok(with(step, {{"SLURM_STEP_ID", "3"}, {"SLURM_JOB_ID", "777"}})).rdzv_id,
+              (DetectedValue{"slurm-777.3", "SLURM_JOB_ID",
+                             "derived from SLURM_JOB_ID=777, SLURM_STEP_ID=3"}));
+    EXPECT_FALSE(detect_ok(step, {{"rdzv_id", "mine"}}).rdzv_id);
+
+    // Every slot's MASTER_PORT is even and its store port the odd one above it, all in
+    // 20000-28999; 4500 consecutive jobs, and the first 31 steps of a job, never share one.
+    std::set<int> ports;
+    for (long long job = 100000; job < 100000 + k_job_slots; ++job) {
+        JobPorts p = job_ports(job);
+        EXPECT_EQ(p.master_port % 2, 0);
+        EXPECT_EQ(p.store_port, p.master_port + 1);
+        EXPECT_GE(p.master_port, 20000);
+        EXPECT_LE(p.store_port, 28999);
+        ports.insert(p.master_port);
+    }
+    EXPECT_EQ(ports.size(), static_cast<std::size_t>(k_job_slots));
+    ports.clear();
+    for (long long step_id = 0; step_id < 31; ++step_id)
+        ports.insert(job_ports(12345, step_id).master_port);
+    EXPECT_EQ(ports.size(), 31u);
 }
 
 TEST(SchedulerSlurm, NotAJobStepIsNotSlurm) {
@@ -417,7 +474,7 @@ TEST(SchedulerSlurm, MalformedVariablesAreNamed) {
         {"job id",
          with(step, {{"SLURM_JOB_ID", "12345_7"}}),
          {},
-         {"SLURM_JOB_ID=12345_7", "--master_port"}},
+         {"SLURM_JOB_ID=12345_7", "--master_port", "--rdzv_endpoint", "--rdzv_id"}},
         {"GPUs on the node",
          with(step, {{"SLURM_GPUS_ON_NODE", "four"}}),
          {},
@@ -451,7 +508,8 @@ TEST(SchedulerSlurm, MalformedVariablesAreNamed) {
     // A malformed variable the user overrode does not matter.
     detect_ok(with(step, {{"SLURM_STEP_NUM_NODES", "two"}}), {{"nnodes", "2"}});
     detect_ok(with(step, {{"SLURM_GPUS_ON_NODE", "four"}}), {{"nproc_per_node", "4"}});
-    detect_ok(with(step, {{"SLURM_JOB_ID", "x"}}), {{"master_port", "29500"}});
+    detect_ok(with(step, {{"SLURM_JOB_ID", "x"}}),
+              {{"master_port", "29500"}, {"rdzv_endpoint", "h:1"}, {"rdzv_id", "x"}});
 }
 
 TEST(SchedulerMpi, OneRankPerNodeGivesTheShape) {
@@ -483,6 +541,29 @@ TEST(SchedulerMpi, OneRankPerNodeGivesTheShape) {
     d = detect_ok(open_mpi(), {{"nnodes", "4"}, {"node_rank", "2"}, {"master_addr", "x"}});
     EXPECT_FALSE(d.nnodes || d.node_rank || d.master_addr);
     EXPECT_TRUE(d.master_port);
+}
+
+// Open MPI's job id keeps concurrent mpiruns apart; MASTER_PORT stays the free
+// port node 0 reserves.
+TEST(SchedulerMpi, TheJobIdGivesTheRunIdAndTheStorePort) {
+    Environment env = with(open_mpi(), {{"OMPI_MCA_ess_base_jobid", "2142896129"}});
+    const std::string derived = "derived from OMPI_MCA_ess_base_jobid=2142896129";
+    const int store = job_ports(2142896129LL).store_port;
+    LaunchDefaults d = detect_ok(env);
+    EXPECT_EQ(d.rdzv_id, (DetectedValue{"mpi-2142896129", "OMPI_MCA_ess_base_jobid", derived}));
+    EXPECT_EQ(d.rdzv_endpoint,
+              (DetectedValue{fmt::format("n0:{}", store), "OMPI_MCA_ess_base_jobid", derived}));
+    // PMIx's namespace where Open MPI's id is missing; nothing without either.
+    d = detect_ok(with(open_mpi(), {{"PMIX_NAMESPACE", "ns7"}}));
+    EXPECT_EQ(d.rdzv_id->value, "mpi-ns7");
+    EXPECT_EQ(d.rdzv_endpoint->value, fmt::format("n0:{}", job_ports("ns7").store_port));
+    d = detect_ok(open_mpi());
+    EXPECT_FALSE(d.rdzv_id || d.rdzv_endpoint);
+    // One rank needs no store.
+    d = detect_ok({{"OMPI_COMM_WORLD_SIZE", "1"},
+                   {"OMPI_COMM_WORLD_RANK", "0"},
+                   {"OMPI_MCA_ess_base_jobid", "5"}});
+    EXPECT_FALSE(d.rdzv_id || d.rdzv_endpoint);
 }
 
 TEST(SchedulerMpi, Refusals) {
@@ -561,6 +642,21 @@ TEST(SchedulerKubeflow, ThePodsMasterAndRank) {
     EXPECT_EQ(d.node_rank->value, "0");
     // Without MASTER_PORT, node 0 picks a free port.
     EXPECT_FALSE(detect_ok(with(kubeflow_pod(), {}, {"MASTER_PORT"}), pet).master_port);
+}
+
+// The job's name, from node 0's service name, keeps jobs apart on shared hosts.
+TEST(SchedulerKubeflow, TheJobNameGivesTheRunIdAndTheStorePort) {
+    const GivenValues pet = {{"nnodes", "2"}};
+    LaunchDefaults d = detect_ok(kubeflow_pod(), pet);
+    EXPECT_EQ(d.rdzv_id, (DetectedValue{"kubeflow-job", "MASTER_ADDR",
+                                        "derived from the Kubeflow job name in MASTER_ADDR=job-master-0"}));
+    EXPECT_EQ(d.rdzv_endpoint->value, fmt::format("job-master-0:{}", job_ports("job").store_port));
+    d = detect_ok(with(kubeflow_pod(), {{"MASTER_ADDR", "bert-master-0.team.svc"}}), pet);
+    EXPECT_EQ(d.rdzv_id->value, "kubeflow-bert");
+    d = detect_ok(with(kubeflow_pod(), {{"MASTER_ADDR", "10.1.2.3"}}), pet);
+    EXPECT_EQ(d.rdzv_id->value, "kubeflow-10.1.2.3");
+    // The operator's PET_RDZV_ID reaches detection as the user's value and wins.
+    EXPECT_FALSE(detect_ok(kubeflow_pod(), {{"nnodes", "2"}, {"rdzv_id", "x"}}).rdzv_id);
 }
 
 TEST(SchedulerKubeflow, APlainMasterAddrAloneIsNotKubeflow) {

@@ -1,0 +1,78 @@
+// Scratch directories (see scratch_dir.hpp).
+#include "ddprun/scratch_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ddprun/fd.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ddprun {
+namespace {
+
+constexpr std::string_view k_stem = "ddprun-";
+constexpr std::string_view k_lock = ".lock";
+constexpr std::string_view k_new_lock = ".lock.new";
+
+// "ddprun-" and mkdtemp's six characters: never ddprun_logs_ (kept for the user).
+bool is_scratch_name(const std::string& name) {
+    return name.size() == k_stem.size() + 6 && name.starts_with(k_stem);
+}
+
+}  // namespace
+
+std::string scratch_base(const Environment& env) {
+    auto it = env.find("TMPDIR");
+    return it != env.end() && !it->second.empty() ? it->second : "/tmp";
+}
+
+std::expected<std::string, Error> make_scratch_dir(const std::string& base) {
+    std::string tmpl = fmt::format("{}/{}XXXXXX", base, k_stem);
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    auto failed = [&base](const char* call) {
+        Error error = system_error(call);
+        error.message += fmt::format(" in {} (set TMPDIR to a writable directory)", base);
+        return std::unexpected(error);
+    };
+    if (!::mkdtemp(buf.data())) return failed("mkdtemp");
+    std::string dir = buf.data();
+    std::string new_lock = fmt::format("{}/{}", dir, k_new_lock);
+    UniqueFd lock(::open(new_lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!lock) return failed("open");
+    if (::flock(lock.get(), LOCK_EX) != 0) return failed("flock");
+    if (::rename(new_lock.c_str(), fmt::format("{}/{}", dir, k_lock).c_str()) != 0)
+        return failed("rename");
+    (void)lock.release();  // held until the process ends: the kernel then drops the lock
+    return dir;
+}
+
+int reclaim_scratch_dirs(const std::string& base) {
+    int removed = 0;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(base, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (!is_scratch_name(name)) continue;
+        struct stat info {};
+        if (::lstat(entry.path().c_str(), &info) != 0 || !S_ISDIR(info.st_mode) ||
+            info.st_uid != ::geteuid())
+            continue;
+        std::string lock_path = (entry.path() / k_lock).string();
+        UniqueFd lock(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+        if (!lock) continue;
+        if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;  // its owner is alive
+        std::error_code removing;
+        if (fs::remove_all(entry.path(), removing) > 0 && !removing) ++removed;
+    }
+    return removed;
+}
+
+}  // namespace ddprun
