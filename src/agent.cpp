@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "ddprun/clock.hpp"
@@ -81,7 +84,12 @@ struct Agent::Impl {
                (ctx.config.scheduler == "slurm" || ctx.config.scheduler == "mpi");
     }
 
-    void on_signal(int signal);
+    void on_signal(const ReceivedSignal& received);
+    // A forward-only signal relayed from Slurm's step daemon waits this long for
+    // the agent's direct copy, which says the workers have theirs already.
+    static constexpr std::chrono::milliseconds k_step_copy_window{200};
+    std::map<int, std::unique_ptr<asio::steady_timer>> held_forwards;  // by signal
+    void hold_forward(int signal);
     void on_stop_signal(int signal);
     void on_child_exit(pid_t pid, int status);
     void on_round_stop(StopEvent event);
@@ -217,7 +225,19 @@ int Agent::Impl::report_failure(const std::string& title) {
     return summary->exit_code;
 }
 
-void Agent::Impl::on_signal(int signal) {
+void Agent::Impl::hold_forward(int signal) {
+    auto& timer = held_forwards[signal];
+    if (timer) return;  // one is held already: this is the same delivery
+    timer = std::make_unique<asio::steady_timer>(io, k_step_copy_window);
+    timer->async_wait([this, signal](boost::system::error_code ec) {
+        if (ec) return;
+        held_forwards.erase(signal);
+        workers.forward(signal);
+    });
+}
+
+void Agent::Impl::on_signal(const ReceivedSignal& received) {
+    const int signal = received.number;
     if (signal == SIGCHLD) {
         reap_exited([this](pid_t pid, int status) { on_child_exit(pid, status); });
         return;
@@ -236,8 +256,12 @@ void Agent::Impl::on_signal(int signal) {
     }
     const auto& stops = ctx.config.stop_signals;
     if (std::find(stops.begin(), stops.end(), signal) != stops.end()) return on_stop_signal(signal);
-    // A forwarded-only signal (SIGUSR1/SIGUSR2 by default): pass it on, keep running.
-    workers.forward(signal);
+    // A forwarded-only signal (SIGUSR1/SIGUSR2 by default): pass it on, keep running;
+    // unless Slurm's step daemon gave the workers their own copy (see sent_by_step_daemon).
+    if (!sent_by_step_daemon(received.sender))
+        workers.forward(signal);
+    else if (received.relayed)
+        hold_forward(signal);  // the supervisor's copy came first: forwarded unless ours follows
     if (phase == Phase::Running) cluster->broadcast_signal(signal);
 }
 
@@ -371,9 +395,12 @@ int Agent::run() {
         impl.signals.emplace(impl.io, sigs, [&impl](const ReceivedSignal& received) {
             // A signal to every process of the job comes directly and through the supervisor.
             if (received.number != SIGCHLD &&
-                impl.signal_copies.is_copy(received, SignalCopies::Clock::now()))
+                impl.signal_copies.is_copy(received, SignalCopies::Clock::now())) {
+                // Slurm's direct copy after the relayed one: the workers got theirs.
+                if (!received.relayed) impl.held_forwards.erase(received.number);
                 return;
-            impl.on_signal(received.number);
+            }
+            impl.on_signal(received);
         });
         // A closed stdout must give EPIPE on write, not kill the agent.
         if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw std::runtime_error("signal(SIGPIPE)");

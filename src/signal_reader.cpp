@@ -1,6 +1,10 @@
 // Signals as events of the agent's loop (see signal_reader.hpp).
 #include "ddprun/signal_reader.hpp"
 
+#include <fstream>
+
+#include <fmt/format.h>
+
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -57,6 +61,14 @@ SignalReader::SignalReader(asio::io_context& io, const std::vector<int>& signals
 }
 
 SignalReader::~SignalReader() = default;
+
+bool sent_by_step_daemon(pid_t sender) {
+    if (sender <= 0) return false;
+    std::ifstream comm(fmt::format("/proc/{}/comm", sender));
+    std::string name;
+    std::getline(comm, name);
+    return name == "slurmstepd";
+}
 
 bool SignalCopies::is_copy(const ReceivedSignal& received, Clock::time_point now) {
     std::erase_if(m_unpaired, [&](const Unpaired& u) { return now - u.at > m_window; });

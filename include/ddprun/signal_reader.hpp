@@ -48,6 +48,14 @@ class SignalReader {
 // same signal from the same sender, within `window` of each other, pair up:
 // the second to arrive is the duplicate. Two signals that arrive the same way
 // never pair, so a second Ctrl-C or a second `kill` still counts. Pure.
+// Slurm's step daemon (slurmstepd) signals, under proctrack/linuxproc and
+// proctrack/cgroup, every process of the step, the workers included; under
+// proctrack/pgid only ddprun's top process. The agent sits where the workers
+// do (a descendant, in a process group of its own), so a copy that reaches it
+// directly from slurmstepd means the workers have theirs, and forwarding it
+// would deliver it twice. True when `sender`'s name is slurmstepd.
+bool sent_by_step_daemon(pid_t sender);
+
 class SignalCopies {
   public:
     using Clock = std::chrono::steady_clock;

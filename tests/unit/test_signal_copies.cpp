@@ -2,6 +2,9 @@
 // directly and through the supervisor; the pair is one event, and nothing
 // else is ever taken for a copy.
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -54,6 +57,32 @@ TEST(SignalCopies, OtherSendersOtherSignalsAndOldCopiesNeverPair) {
     EXPECT_FALSE(copies.is_copy(relayed(SIGTERM, 2), t0));       // another sender
     EXPECT_FALSE(copies.is_copy(relayed(SIGINT, 1), t0));        // another signal
     EXPECT_FALSE(copies.is_copy(relayed(SIGTERM, 1), t0 + 2s));  // past the window
+}
+
+// Slurm's step daemon is known by its name: a process named slurmstepd is it,
+// this test process and a pid that does not exist are not.
+TEST(StepDaemon, IsKnownByItsName) {
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::prctl(PR_SET_NAME, "slurmstepd");
+        char byte = 1;
+        (void)!::write(ready[1], &byte, 1);
+        ::pause();
+        ::_exit(0);
+    }
+    char byte = 0;
+    ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+    EXPECT_TRUE(sent_by_step_daemon(child));
+    EXPECT_FALSE(sent_by_step_daemon(::getpid()));
+    EXPECT_FALSE(sent_by_step_daemon(0));  // the kernel (a terminal's Ctrl-C)
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    EXPECT_FALSE(sent_by_step_daemon(child));  // gone
 }
 
 }  // namespace
