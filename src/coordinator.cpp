@@ -155,7 +155,7 @@ void Coordinator::abort(int round, const std::string& message, int exit_code) {
 }
 
 void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds bound,
-                            const std::vector<int>& lost, bool store_alive) {
+                            const std::vector<int>& lost, bool store_alive, bool joined) {
     // The round may end without a stop (this agent was killed): the watcher must not wait.
     m_watch_cancelled = true;
     stop_watcher();
@@ -166,7 +166,7 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
         m_rendezvous->acknowledge(round, node_rank, nnodes());
         if (m_options.store.is_server) {
             auto missing = m_rendezvous->wait_acknowledged(round, nnodes(), bound);
-            if (!missing.empty())
+            if (!missing.empty() && joined)
                 spdlog::warn("{} node(s) did not confirm the end of the job; closing the store",
                              missing.size());
             if (!m_outcomes.empty())

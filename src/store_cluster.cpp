@@ -342,7 +342,7 @@ void StoreCluster::end_round(bool killed) {
     if (m_join_failed) {
         // The others must read why before the store's host goes away.
         m_coordinator->end_round(m_round, m_node_rank, k_join_linger_bound, {},
-                                 !m_coordinator->store_stalled());
+                                 !m_coordinator->store_stalled(), false);
         return;
     }
     // Killed: leave at once, the others learn it from the failure record or the heartbeats.

@@ -77,8 +77,10 @@ class Coordinator {
     // store's host waits, at most `bound`, until every node did, so it never
     // pulls the store from under a slower node. Nodes in `lost` (declared dead
     // by heartbeat) are acknowledged on their behalf: nobody waits for them.
+    // `joined`: the round started; after a failed join, nodes that never came
+    // are not expected to confirm, and are not reported.
     void end_round(int round, int node_rank, std::chrono::milliseconds bound,
-                   const std::vector<int>& lost = {}, bool store_alive = true);
+                   const std::vector<int>& lost = {}, bool store_alive = true, bool joined = true);
     // For a failed round's one summary on a shared console: this node's failed
     // workers, published by end_round before it acknowledges; and, on the
     // store's host after end_round, every other node's.
