@@ -1,20 +1,11 @@
 // A real Slurm cluster for the scheduler tests: munged, slurmctld and two
 // slurmd (nodes n1 and n2) on loopback, in a temp dir with its own free ports,
 // so that ddprun is tested under srun, sbatch and scancel as users run it, not
-// under an imitation of Slurm's environment.
+// under an imitation of Slurm's environment. The daemons belong to a keeper
+// process (slurm_keeper.hpp), so that none outlives the test binary.
 //
-// Why a keeper process: the daemons must not outlive the test binary, even
-// when it crashes or is SIGKILLed by CTest's timeout, where no destructor or
-// atexit handler runs. The daemons are children of a small keeper process (a
-// child subreaper, so the slurmstepd processes slurmd double-forks come back
-// to it too) that holds the read end of a pipe from the test process; when the
-// pipe says "stop" or reaches end of file, the keeper stops the daemons, kills
-// whatever of the cluster is left, removes its /etc/hosts line and exits.
-//
-// The node names must resolve (ddprun makes node 0's Slurm name MASTER_ADDR),
-// so the keeper appends one marked line to /etc/hosts and removes it at the
-// end; a start also removes marked lines whose keeper is gone (a run that was
-// killed too hard for its keeper to clean up).
+// The node names must resolve (ddprun makes node 0's Slurm name MASTER_ADDR):
+// the keeper adds them to /etc/hosts for as long as the cluster runs.
 #pragma once
 
 #include <sys/types.h>
@@ -25,12 +16,9 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "slurm_keeper.hpp"
 
 namespace ddprun_it {
-
-// The text every /etc/hosts line of the harness carries, followed by the pid of
-// the keeper that owns it.
-inline constexpr std::string_view k_hosts_marker = "# ddprun slurm test harness, keeper pid ";
 
 struct SlurmClusterOptions {
     // ProctrackType without "proctrack/": linuxproc, pgid or cgroup.
@@ -65,7 +53,7 @@ class SlurmCluster {
     // Cancels every job, waits (bounded) until none is left, then has the keeper
     // stop the daemons. Idempotent.
     void stop();
-    bool running() const { return m_keeper_control >= 0; }
+    bool running() const { return m_keeper.running(); }
 
     const SlurmClusterOptions& options() const { return m_options; }
     const std::string& dir() const { return m_dir; }
@@ -97,7 +85,6 @@ class SlurmCluster {
   private:
     std::string check_prerequisites() const;
     std::string write_config();
-    std::string start_keeper();
     std::optional<SlurmDaemon> start_daemon(std::size_t index, std::string& error);
     std::string wait_ready();
     std::string daemon_died() const;
@@ -107,19 +94,10 @@ class SlurmCluster {
     std::string m_dir;
     int m_controller_port = 0;
     int m_first_node_port = 0;
-
-    // What the keeper starts, in order; argv[0] an absolute path.
-    struct Spec {
-        std::string name;
-        std::vector<std::string> argv;
-        std::string log;
-    };
-    std::vector<Spec> m_specs;
+    std::vector<DaemonSpec> m_specs;  // what the keeper starts, in order
     std::vector<SlurmDaemon> m_daemons;
-
-    int m_keeper_control = -1;  // test -> keeper: "start <i>", "stop"; its end of file stops too
-    int m_keeper_report = -1;   // keeper -> test: one line per request
-    bool m_keep_dir = false;    // a failed start keeps the logs for inspection
+    Keeper m_keeper;
+    bool m_keep_dir = false;  // a failed start keeps the logs for inspection
 };
 
 // The cluster this run of ddprun_scheduler_tests started (main's --proctrack),
