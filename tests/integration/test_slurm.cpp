@@ -33,6 +33,10 @@ namespace {
 constexpr Milliseconds k_job_guard = 60s;
 // The bound for every node to give up on an unresolvable node 0.
 constexpr Milliseconds k_resolve_bound = 15s;
+// Jobs or steps sharing the nodes take about a second; this bounds how long a
+// node left behind by a collision of the two (it retries its store for a
+// minute) holds up the test.
+constexpr Milliseconds k_sharing_guard = 30s;
 // The unresolvable-node job gets this long before the test calls it a hang.
 constexpr Milliseconds k_resolve_guard = 20s;
 // How long a duplicate delivery of a signal may lag behind the first: the
@@ -591,12 +595,14 @@ class TwoWorlds {
 
 TEST_F(SlurmSharing, TwoJobsAtOnceOnTheSameNodesKeepTheirOwnWorlds) {
     TwoWorlds worlds(m_dir);
-    auto job_a = start_client(
-        "srun", srun_two_nodes(new_job_name(),
-                               ddprun_job({"--nproc_per_node=2"}, worlds.worker(worlds.a()))));
-    auto job_b = start_client(
-        "srun", srun_two_nodes(new_job_name(),
-                               ddprun_job({"--nproc_per_node=2"}, worlds.worker(worlds.b()))));
+    auto job_a = start_client("srun",
+                              srun_two_nodes(new_job_name(), ddprun_job({"--nproc_per_node=2"},
+                                                                        worlds.worker(worlds.a()))),
+                              k_sharing_guard);
+    auto job_b = start_client("srun",
+                              srun_two_nodes(new_job_name(), ddprun_job({"--nproc_per_node=2"},
+                                                                        worlds.worker(worlds.b()))),
+                              k_sharing_guard);
     // A task that failed (srun says so at once) or a job that ended.
     bool together = worlds.release([&] {
         return contains(job_a->err_so_far(), "srun: error:") ||
@@ -629,8 +635,10 @@ TEST_F(SlurmSharing, TwoExactStepsOfOneAllocationAtOnceKeepTheirOwnWorlds) {
     std::string script = path("steps.sh");
     write_text_file(
         script, fmt::format("#!/bin/sh\n{}\n{}\nwait\n", step(worlds.a()), step(worlds.b())), 0755);
-    auto salloc = start_client("salloc", {"-N2", "--ntasks-per-node=2", "-J", new_job_name(), "-t",
-                                          "2", "/bin/sh", script});
+    auto salloc = start_client(
+        "salloc",
+        {"-N2", "--ntasks-per-node=2", "-J", new_job_name(), "-t", "2", "/bin/sh", script},
+        k_sharing_guard);
     bool together = worlds.release([&] {
         for (const auto& own : {worlds.a(), worlds.b()}) {
             if (std::filesystem::exists(own + "/exit") ||
