@@ -6,6 +6,12 @@
 // before the first test and stops it after the last. Without the flag the
 // Slurm tests skip and the Open MPI tests run alone. CTest runs the binary
 // once per ProctrackType (tests/CMakeLists.txt).
+//
+// `--proctrack=NAME --hold` runs no test: it starts the cluster, prints the
+// SLURM_CONF to export for trying srun, sbatch and scancel by hand, and stops
+// it again when its standard input ends (Enter, Ctrl-D or Ctrl-C).
+
+#include <signal.h>
 
 #include <chrono>
 #include <cstdio>
@@ -75,14 +81,40 @@ SlurmCluster* shared_slurm_cluster(std::string& why_not) {
     return cluster;
 }
 
+int hold_cluster(const std::string& proctrack) {
+    SlurmCluster cluster(SlurmClusterOptions{.proctrack = proctrack});
+    std::string why_not = cluster.start();
+    if (!why_not.empty()) {
+        std::fprintf(stderr, "no cluster: %s\n", why_not.c_str());
+        return 1;
+    }
+    std::printf(
+        "slurm cluster with proctrack/%s up (nodes n1 n2); in another shell:\n"
+        "  export SLURM_CONF=%s\n"
+        "press Enter (or end standard input) to stop it\n",
+        proctrack.c_str(), cluster.conf_path().c_str());
+    std::fflush(stdout);
+    // A signal ends the wait like end of input: the destructor stops the cluster.
+    struct sigaction action {};
+    action.sa_handler = [](int) {};
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = 0;  // no SA_RESTART: the signal interrupts the read
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &action, nullptr);
+    std::getchar();
+    return 0;
+}
+
 }  // namespace ddprun_it
 
 int main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);
     std::string proctrack;  // empty: no cluster
+    bool hold = false;
     for (int i = 1; i < argc; ++i) {
         std::string_view arg = argv[i];
-        if (arg.starts_with("--proctrack=")) {
+        if (arg == "--hold") {
+            hold = true;
+        } else if (arg.starts_with("--proctrack=")) {
             proctrack = arg.substr(12);
             if (proctrack != "linuxproc" && proctrack != "pgid" && proctrack != "cgroup") {
                 std::fprintf(stderr, "--proctrack=%s: expected linuxproc, pgid or cgroup\n",
@@ -95,6 +127,7 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    if (hold) return ddprun_it::hold_cluster(proctrack.empty() ? "linuxproc" : proctrack);
     if (!proctrack.empty()) {
         ddprun_it::g_slurm = new ddprun_it::SlurmEnvironment(proctrack);
         ::testing::AddGlobalTestEnvironment(ddprun_it::g_slurm);
