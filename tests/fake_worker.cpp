@@ -22,10 +22,15 @@
 //   save-on-term <seconds>  wait (30 s at most) for SIGTERM, then take <seconds> to "save a
 //                           checkpoint", print "saved rank <RANK>" and exit 0 (a SIGKILL
 //                           meanwhile loses the save); exits 98 if no SIGTERM came
+//   save-marker <path>      a later save-on-term also creates <path> once its save is done
+//                           (a proof of the save that does not depend on stdout reaching anyone)
+//   count-signal <signal> <path>  from now on append "<SIGNAME> <RANK>" to <path> on every
+//                           receipt of <signal> (one line per delivery), and carry on
 //   wait-file <path>        wait (30 s at most) until <path> exists; exit 97 if it never does
 //   ready <path>            create <path> (so a test knows the worker runs this far)
 //   spawn-grandchild [setsid]  fork a child that sleeps forever (after setsid())
 //   env                     print the launcher's variables as KEY=VALUE, "<unset>" if unset
+//   getenv <name>           print "<name>=<value>" ("<unset>" if unset), e.g. SLURM_JOB_ID
 //   args                    print "argc=<n>" and "argv[<i>]=<value>" for i >= 1, then stop
 //                           reading actions (the rest is data)
 //   write-error-file <msg>  write torch's @record JSON to $TORCHELASTIC_ERROR_FILE
@@ -79,6 +84,11 @@ constexpr std::chrono::seconds k_wait_bound{30};
 const char* g_trap_text[NSIG] = {};
 // NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables)
 bool g_trap_exits[NSIG] = {};
+// count-signal: the file each counted signal appends to, and the line it appends.
+// NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables)
+int g_count_fd[NSIG] = {};
+// NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables)
+const char* g_count_text[NSIG] = {};
 
 std::string env_or(const char* name, const char* fallback) {
     const char* value = std::getenv(name);
@@ -181,6 +191,37 @@ void trap(int sig, bool then_exit) {
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
     ::sigaction(sig, &action, nullptr);
+}
+
+void on_counted_signal(int sig) {
+    // Async-signal-safe: one write(2) to an O_APPEND file opened beforehand, so
+    // every delivery is exactly one whole line, whoever else appends.
+    int saved_errno = errno;
+    const char* text = g_count_text[sig];
+    if (text) {
+        ssize_t ignored = ::write(g_count_fd[sig], text, std::strlen(text));
+        (void)ignored;
+    }
+    errno = saved_errno;
+}
+
+void count_signal(int sig, const std::string& path) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) usage("count-signal: cannot open " + path);
+    // Leaked on purpose: the handler may read it until the process ends.
+    auto* text = new std::string(signal_name(sig) + " " + env_or("RANK", "?") + "\n");
+    g_count_fd[sig] = fd;
+    g_count_text[sig] = text->c_str();
+    struct sigaction action {};
+    action.sa_handler = on_counted_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    ::sigaction(sig, &action, nullptr);
+    // A signal blocked on the way here (wait-signal blocks SIGUSR1/2) would never arrive.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
 }
 
 std::string json_escape(std::string_view text) {
@@ -343,6 +384,12 @@ void wait_signal() {
     }
 }
 
+void make_ready(const std::string& path);
+
+// save-marker: the file save_on_term creates when its save is done; empty: none.
+// NOLINTNEXTLINE(cppcoreguidelines-avoid-non-const-global-variables)
+std::string g_save_marker;
+
 void save_on_term(std::chrono::duration<double> saving) {
     sigset_t set;
     sigemptyset(&set);
@@ -354,6 +401,7 @@ void save_on_term(std::chrono::duration<double> saving) {
         std::_Exit(k_wait_signal_timeout_exit);
     }
     sleep_for(saving);
+    if (!g_save_marker.empty()) make_ready(g_save_marker);
     write_all(1, "saved rank " + env_or("RANK", "?") + "\n");
     std::_Exit(0);
 }
@@ -412,6 +460,12 @@ class Interpreter {
             if (execute) print_args();
             return m_args.size();
         }
+        if (action == "count-signal") {
+            std::string sig = arg(at + 1, "count-signal");
+            std::string path = arg(at + 2, "count-signal");
+            if (execute) count_signal(parse_signal(sig), substitute(path));
+            return at + 3;
+        }
         if (action == "spawn-grandchild") {
             bool new_session = at + 1 < m_args.size() && std::string(m_args[at + 1]) == "setsid";
             if (execute) spawn_grandchild(new_session);
@@ -423,10 +477,10 @@ class Interpreter {
             return at + 1;
         }
         static constexpr std::string_view k_with_value[] = {
-            "print",        "stderr",    "partial", "partial-stderr",   "flood",
-            "exit",         "raise",     "sleep",   "ignore",           "trap",
-            "trap-exit",    "wait-file", "ready",   "write-error-file", "huge-line",
-            "save-on-term",
+            "print",        "stderr",      "partial", "partial-stderr",   "flood",
+            "exit",         "raise",       "sleep",   "ignore",           "trap",
+            "trap-exit",    "wait-file",   "ready",   "write-error-file", "huge-line",
+            "save-on-term", "save-marker", "getenv",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {
@@ -493,6 +547,10 @@ class Interpreter {
             if (end == value.c_str() || *end != '\0' || seconds < 0)
                 usage("bad save-on-term: " + value);
             save_on_term(std::chrono::duration<double>(seconds));
+        } else if (action == "save-marker") {
+            g_save_marker = value;
+        } else if (action == "getenv") {
+            write_all(1, value + "=" + env_or(value.c_str(), "<unset>") + "\n");
         } else if (action == "ignore") {
             ::signal(parse_signal(value), SIG_IGN);
         } else if (action == "trap" || action == "trap-exit") {

@@ -205,7 +205,7 @@ DdprunProcess::DdprunProcess(const std::vector<std::string>& args, const RunOpti
       m_on_exit(std::move(on_exit)),
       m_after_exit(options.after_exit) {
     // Everything the child needs is built before fork(): no allocation after it.
-    std::vector<std::string> argv_storage{k_ddprun};
+    std::vector<std::string> argv_storage{options.program.empty() ? k_ddprun : options.program};
     argv_storage.insert(argv_storage.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& arg : argv_storage) argv.push_back(arg.data());
@@ -234,7 +234,7 @@ DdprunProcess::DdprunProcess(const std::vector<std::string>& args, const RunOpti
         ::dup2(err_pipe[1], 2);
         if (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0) ::_exit(125);
         ::execve(argv[0], argv.data(), envp.data());
-        static constexpr char k_message[] = "harness: cannot execute ddprun\n";
+        static constexpr char k_message[] = "harness: cannot execute the program (execve failed)\n";
         ssize_t ignored = ::write(2, k_message, sizeof k_message - 1);
         (void)ignored;
         ::_exit(125);
@@ -407,6 +407,12 @@ RunResult run_ddprun(const std::vector<std::string>& args, const RunOptions& opt
                      OnExit on_exit) {
     DdprunProcess process(args, options, std::move(on_exit));
     return process.wait();
+}
+
+RunResult run_command(const std::vector<std::string>& argv, RunOptions options) {
+    if (argv.empty()) throw std::invalid_argument("run_command: empty argv");
+    options.program = argv.front();
+    return run_ddprun({argv.begin() + 1, argv.end()}, options);
 }
 
 std::vector<RunResult> wait_all(const std::vector<DdprunProcess*>& processes) {
@@ -644,15 +650,29 @@ std::unique_ptr<DdprunProcess> IntegrationTest::start(const std::vector<std::str
     return process;
 }
 
-std::vector<pid_t> IntegrationTest::recorded_pids() const {
+std::vector<pid_t> pids_in_file(const std::string& pidfile) {
     std::vector<pid_t> pids;
-    std::istringstream text(read_text_file(m_pidfile));
+    std::istringstream text(read_text_file(pidfile));
     std::string line;
     while (std::getline(text, line)) {
         long pid = std::strtol(line.c_str(), nullptr, 10);
         if (pid > 0) pids.push_back(static_cast<pid_t>(pid));
     }
     return pids;
+}
+
+std::vector<ProcessInfo> live_fake_workers(const std::string& pidfile) {
+    std::vector<ProcessInfo> live;
+    for (pid_t pid : pids_in_file(pidfile)) {
+        if (!is_fake_worker(pid)) continue;
+        auto info = process_info(pid);
+        if (info && info->state != 'Z' && info->state != 'X') live.push_back(*info);
+    }
+    return live;
+}
+
+std::vector<pid_t> IntegrationTest::recorded_pids() const {
+    return pids_in_file(m_pidfile);
 }
 
 std::map<int, std::vector<pid_t>> IntegrationTest::recorded_workers() const {

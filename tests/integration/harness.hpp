@@ -39,6 +39,9 @@ inline const std::string k_examples_dir = EXAMPLES_DIR;
 inline const std::string k_python = "/usr/bin/python3";
 
 struct RunOptions {
+    // The executable to run instead of ddprun (a scheduler's client that starts
+    // ddprun itself: srun, sbatch, mpirun); empty: ddprun.
+    std::string program;
     std::vector<std::pair<std::string, std::string>> env;  // set or override
     std::vector<std::string> unset_env;                    // remove from the inherited env
     Milliseconds timeout = k_hang_guard;
@@ -135,6 +138,9 @@ class DdprunProcess {
 // Runs ddprun to completion.
 RunResult run_ddprun(const std::vector<std::string>& args, const RunOptions& options = {},
                      OnExit on_exit = {});
+// Runs argv[0] (an absolute path) with the rest as its arguments to completion,
+// with ddprun's hermetic environment and bounds (a scheduler's client or tool).
+RunResult run_command(const std::vector<std::string>& argv, RunOptions options = {});
 
 // Waits for several ddprun processes at once (the agents of a multi-node job),
 // each bounded by its own hang guard and reaped the moment it exits, so one
@@ -186,6 +192,11 @@ bool process_alive(pid_t pid);
 // grandchild its own session, so passing the pids the job recorded finds what
 // is left of it by process group, without relying on names or parentage.
 std::vector<ProcessInfo> live_in_groups_or_sessions(const std::set<pid_t>& leaders);
+
+// The pids fake workers (and their grandchildren) appended to `pidfile`.
+std::vector<pid_t> pids_in_file(const std::string& pidfile);
+// Those of them that are still alive (not zombies) and still fake_worker.
+std::vector<ProcessInfo> live_fake_workers(const std::string& pidfile);
 
 // Every test: a temp dir, the pidfile fake workers append to, and the check
 // that nothing the job started outlives it.
