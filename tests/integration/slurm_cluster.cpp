@@ -296,7 +296,9 @@ std::string SlurmCluster::start() {
     if (running()) return {};
     if (auto missing = check_prerequisites(); !missing.empty()) return missing;
     std::string error = write_config();
-    if (error.empty()) error = m_keeper.start(m_specs, m_nodes, m_dir + "/log/keeper.out");
+    if (error.empty())
+        error = m_keeper.start(m_specs, m_nodes, "SLURM_CONF=" + conf_path(),
+                               m_dir + "/log/keeper.out");
     if (error.empty()) error = wait_ready();
     if (!error.empty()) {
         m_keep_dir = true;
@@ -347,6 +349,7 @@ RunResult SlurmCluster::client(const std::vector<std::string>& argv, Millisecond
     RunOptions options;
     options.env = client_env();
     options.timeout = timeout;
+    options.dies_with_test = true;
     std::vector<std::string> command = argv;
     command.front() = find_program(argv.front());
     if (command.front().empty()) {
