@@ -222,10 +222,16 @@ DdprunProcess::DdprunProcess(const std::vector<std::string>& args, const RunOpti
     int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (dev_null < 0) fail_syscall("open /dev/null");
 
+    const pid_t test_pid = ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) fail_syscall("fork");
     if (pid == 0) {
         ::setpgid(0, 0);
+        // A test that died before the prctl took effect left no parent to signal.
+        if (options.dies_with_test &&
+            (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != test_pid)) {
+            ::_exit(125);
+        }
         sigset_t none;
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -46,6 +46,11 @@ struct RunOptions {
     std::vector<std::string> unset_env;                    // remove from the inherited env
     Milliseconds timeout = k_hang_guard;
     std::string cwd;  // empty: the test's cwd
+    // SIGKILL the process when the test binary dies (PR_SET_PDEATHSIG), for
+    // clients that would otherwise wait on for a cluster the crash took down
+    // (srun, mpirun). Start such a process from the main thread: the signal
+    // fires when the thread that forked it ends.
+    bool dies_with_test = false;
     // On a machine with NVIDIA GPUs, CUDA_VISIBLE_DEVICES="" (no device) unless
     // the test sets it, so the job's shape does not depend on the machine.
     bool hide_machine_gpus = true;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -139,11 +140,18 @@ std::string SlurmCluster::write_config() {
     write_text_file(m_dir + "/munge/munge.key", key, 0400);
 
     m_controller_port = free_port();
+    // Job ids from a random start: ports that ddprun derives from SLURM_JOB_ID
+    // then differ from those of another cluster of this harness running at the
+    // same time (another developer's test run), which also starts from its own.
+    std::uniform_int_distribution<int> ids(1000, 1'000'000);
+    std::random_device random;
+    int first_job_id = ids(random);
     m_first_node_port = free_port_pair();
     const std::string& d = m_dir;
     std::string conf = fmt::format(
         R"(# Written by the ddprun scheduler tests (tests/integration/slurm_cluster.cpp).
 ClusterName=ddpruntest
+FirstJobId={first_job_id}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={controller_port}
 SlurmUser=root
@@ -177,8 +185,8 @@ AccountingStorageType=accounting_storage/none
 NodeName={nodes} NodeHostname=localhost NodeAddr=127.0.0.1 Port={first_node_port}-{last_node_port} CPUs={cpus} State=UNKNOWN
 PartitionName=ddprun Nodes={nodes} Default=YES MaxTime=INFINITE State=UP
 )",
-        fmt::arg("controller_port", m_controller_port), fmt::arg("d", d),
-        fmt::arg("proctrack", m_options.proctrack),
+        fmt::arg("first_job_id", first_job_id), fmt::arg("controller_port", m_controller_port),
+        fmt::arg("d", d), fmt::arg("proctrack", m_options.proctrack),
         fmt::arg("kill_wait", m_options.kill_wait_seconds), fmt::arg("nodes", "n[1-2]"),
         fmt::arg("first_node_port", m_first_node_port),
         fmt::arg("last_node_port", m_first_node_port + 1),
@@ -296,7 +304,9 @@ std::string SlurmCluster::start() {
     if (running()) return {};
     if (auto missing = check_prerequisites(); !missing.empty()) return missing;
     std::string error = write_config();
-    if (error.empty()) error = m_keeper.start(m_specs, m_nodes, m_dir + "/log/keeper.out");
+    if (error.empty())
+        error = m_keeper.start(m_specs, m_nodes, "SLURM_CONF=" + conf_path(),
+                               m_dir + "/log/keeper.out");
     if (error.empty()) error = wait_ready();
     if (!error.empty()) {
         m_keep_dir = true;
@@ -347,6 +357,7 @@ RunResult SlurmCluster::client(const std::vector<std::string>& argv, Millisecond
     RunOptions options;
     options.env = client_env();
     options.timeout = timeout;
+    options.dies_with_test = true;
     std::vector<std::string> command = argv;
     command.front() = find_program(argv.front());
     if (command.front().empty()) {

@@ -6,6 +6,10 @@
 //
 // The node names must resolve (ddprun makes node 0's Slurm name MASTER_ADDR):
 // the keeper adds them to /etc/hosts for as long as the cluster runs.
+//
+// Its files (configuration, state, spool, logs) live in one temp dir, removed
+// when the cluster stops cleanly; a cluster that failed to start, or whose
+// test binary died, leaves it for its logs (or DDPRUN_TEST_KEEP_SLURM_DIR=1).
 #pragma once
 
 #include <sys/types.h>

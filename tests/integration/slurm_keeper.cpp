@@ -131,6 +131,39 @@ void wait_child_event(int signal_fd, Milliseconds timeout) {
     reap_all();
 }
 
+// Processes whose environment holds `entry` ("NAME=value"), exactly.
+std::vector<pid_t> processes_with_environment(const std::string& entry) {
+    std::vector<pid_t> found;
+    if (entry.empty()) return found;
+    DIR* proc = ::opendir("/proc");
+    if (!proc) return found;
+    while (dirent* dir = ::readdir(proc)) {
+        char* end = nullptr;
+        long pid = std::strtol(dir->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0) continue;
+        int fd = ::open(fmt::format("/proc/{}/environ", pid).c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        std::string environment;
+        char buffer[4096];
+        ssize_t n = 0;
+        while ((n = ::read(fd, buffer, sizeof buffer)) > 0) {
+            environment.append(buffer, static_cast<std::size_t>(n));
+        }
+        ::close(fd);
+        for (std::size_t at = 0; at < environment.size();) {
+            auto next = environment.find('\0', at);
+            if (next == std::string::npos) next = environment.size();
+            if (std::string_view(environment).substr(at, next - at) == entry) {
+                found.push_back(static_cast<pid_t>(pid));
+                break;
+            }
+            at = next + 1;
+        }
+    }
+    ::closedir(proc);
+    return found;
+}
+
 // Empty cgroup directories proctrack/cgroup leaves behind for `node` after its
 // slurmd is gone (slurm_<node>/uid_0/...), removed deepest first. A directory
 // that still holds a process (another cluster's job) is not empty and stays.
@@ -179,7 +212,8 @@ pid_t spawn_daemon(const DaemonSpec& spec) {
 // The keeper's whole life (see slurm_keeper.hpp). It runs in a process forked
 // from the test binary while that is still single-threaded, so it may allocate.
 [[noreturn]] void keeper_main(int control_fd, int report_fd, const std::vector<DaemonSpec>& specs,
-                              const std::vector<std::string>& nodes) {
+                              const std::vector<std::string>& nodes,
+                              const std::string& cluster_env) {
     ::setsid();  // a Ctrl-C meant for the test reaches the keeper as end of file, in order
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     sigset_t handled;
@@ -252,13 +286,19 @@ pid_t spawn_daemon(const DaemonSpec& spec) {
             wait_child_event(signal_fd, 100ms);
         }
     }
+    // Then the clients of a test binary that died (srun, salloc and what they
+    // run), which are nobody's children here: they carry the cluster's
+    // SLURM_CONF in their environment.
     auto deadline = Clock::now() + k_sweep_bound;
     for (;;) {
         reap_all();
-        auto children = children_of_process(self);
-        std::erase_if(children, [](pid_t pid) { return !process_alive(pid); });
-        if (children.empty() || Clock::now() >= deadline) break;
-        for (pid_t pid : children) ::kill(pid, SIGKILL);
+        auto left = children_of_process(self);
+        for (pid_t pid : processes_with_environment(cluster_env)) {
+            if (pid != self) left.push_back(pid);
+        }
+        std::erase_if(left, [](pid_t pid) { return !process_alive(pid); });
+        if (left.empty() || Clock::now() >= deadline) break;
+        for (pid_t pid : left) ::kill(pid, SIGKILL);
         wait_child_event(signal_fd, 100ms);
     }
     for (const auto& node : nodes) remove_empty_cgroups(node);
@@ -300,7 +340,8 @@ Keeper::~Keeper() {
 }
 
 std::string Keeper::start(const std::vector<DaemonSpec>& daemons,
-                          const std::vector<std::string>& nodes, const std::string& log_path) {
+                          const std::vector<std::string>& nodes, const std::string& cluster_env,
+                          const std::string& log_path) {
     int control[2];
     int report[2];
     if (::pipe2(control, O_CLOEXEC) != 0) fail_syscall("pipe2");
@@ -326,7 +367,7 @@ std::string Keeper::start(const std::vector<DaemonSpec>& daemons,
         int keep_report = ::fcntl(report[1], F_DUPFD, keep_control + 1);
         ::close_range(3, static_cast<unsigned>(keep_control - 1), 0);
         ::close_range(static_cast<unsigned>(keep_report + 1), ~0U, 0);
-        keeper_main(keep_control, keep_report, daemons, nodes);
+        keeper_main(keep_control, keep_report, daemons, nodes, cluster_env);
     }
     int status = 0;
     while (::waitpid(middle, &status, 0) < 0 && errno == EINTR) {

@@ -8,7 +8,8 @@
 // slurmstepd processes that slurmd double-forks come back to it too. It reads
 // requests from a pipe whose write end only the test process holds: "stop",
 // or end of file (the test process is gone, however it ended), makes it stop
-// the daemons, kill whatever of the cluster is left, remove its /etc/hosts
+// the daemons, kill whatever of the cluster is left (its orphans, and the
+// clients of a test binary that died), remove its /etc/hosts
 // line and exit. Its first act is to add that line, after removing the lines
 // of keepers that are gone (a run killed too hard even for its keeper).
 #pragma once
@@ -45,10 +46,12 @@ class Keeper {
     Keeper& operator=(const Keeper&) = delete;
 
     // Forks the keeper, which maps `nodes` to 127.0.0.1 in /etc/hosts; it may
-    // then start any of `daemons`. Its own output goes to `log`. Empty when it
-    // runs, else why not (it has exited then).
+    // then start any of `daemons`. Processes whose environment holds
+    // `cluster_env` (SLURM_CONF=...: the cluster's clients and their jobs)
+    // are the cluster's too and do not outlive it. Its own output goes to
+    // `log`. Empty when it runs, else why not (it has exited then).
     std::string start(const std::vector<DaemonSpec>& daemons, const std::vector<std::string>& nodes,
-                      const std::string& log);
+                      const std::string& cluster_env, const std::string& log);
     // Starts daemons[index]; its pid, or why not.
     std::expected<pid_t, std::string> start_daemon(std::size_t index);
     // Has the keeper stop the daemons (SIGTERM, latest started first), kill

@@ -41,6 +41,7 @@ class MpiTest : public IntegrationTest {
         RunOptions options;
         options.program = m_mpirun;
         options.timeout = k_mpirun_guard;
+        options.dies_with_test = true;
         return start(args, options)->wait();
     }
 

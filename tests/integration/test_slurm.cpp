@@ -34,9 +34,9 @@ constexpr Milliseconds k_job_guard = 60s;
 // The bound for every node to give up on an unresolvable node 0.
 constexpr Milliseconds k_resolve_bound = 15s;
 // Jobs or steps sharing the nodes take about a second; this bounds how long a
-// node left behind by a collision of the two (it retries its store for a
-// minute) holds up the test.
-constexpr Milliseconds k_sharing_guard = 30s;
+// node left behind by a collision of the two (waiting for a store whose host
+// has given up) holds up the test.
+constexpr Milliseconds k_sharing_guard = 20s;
 // The unresolvable-node job gets this long before the test calls it a hang.
 constexpr Milliseconds k_resolve_guard = 20s;
 // How long a duplicate delivery of a signal may lag behind the first: the
@@ -196,6 +196,7 @@ class SlurmTest : public IntegrationTest {
         options.env = cluster().client_env();
         options.env.emplace_back("FAKE_WORKER_PIDFILE", pidfile);
         options.timeout = guard;
+        options.dies_with_test = true;
         bool runs_the_job = client != "sbatch";
         return std::make_unique<DdprunProcess>(
             args, options, [this, pidfile, runs_the_job](bool killed_by_harness) {
