@@ -90,10 +90,12 @@ struct Agent::Impl {
     static constexpr std::chrono::milliseconds k_step_copy_window{200};
     std::map<int, std::unique_ptr<asio::steady_timer>> held_forwards;  // by signal
     void hold_forward(int signal);
-    void on_stop_signal(int signal);
+    // `workers_have_it`: Slurm's step daemon signalled the agent directly, so it
+    // signalled the workers too (see sent_by_step_daemon).
+    void on_stop_signal(int signal, bool workers_have_it = false);
     void on_child_exit(pid_t pid, int status);
     void on_round_stop(StopEvent event);
-    void begin_stop(int signal);
+    void begin_stop(int signal, bool workers_have_it = false);
     void kill_now();
     void finish_round_if_done();
     void publish_failure(FailureRecord record);
@@ -255,7 +257,8 @@ void Agent::Impl::on_signal(const ReceivedSignal& received) {
         return;
     }
     const auto& stops = ctx.config.stop_signals;
-    if (std::find(stops.begin(), stops.end(), signal) != stops.end()) return on_stop_signal(signal);
+    if (std::find(stops.begin(), stops.end(), signal) != stops.end())
+        return on_stop_signal(signal, !received.relayed && sent_by_step_daemon(received.sender));
     // A forwarded-only signal (SIGUSR1/SIGUSR2 by default): pass it on, keep running;
     // unless Slurm's step daemon gave the workers their own copy (see sent_by_step_daemon).
     if (!sent_by_step_daemon(received.sender))
@@ -265,7 +268,7 @@ void Agent::Impl::on_signal(const ReceivedSignal& received) {
     if (phase == Phase::Running) cluster->broadcast_signal(signal);
 }
 
-void Agent::Impl::on_stop_signal(int signal) {
+void Agent::Impl::on_stop_signal(int signal, bool workers_have_it) {
     switch (phase) {
         case Phase::Connecting:
             spdlog::info("received {} while connecting to the rendezvous store; giving up",
@@ -284,7 +287,7 @@ void Agent::Impl::on_stop_signal(int signal) {
             spdlog::info("received {}; stopping workers (send it again to kill them at once)",
                          signal_name(signal));
             stop_signal = signal;
-            begin_stop(signal);
+            begin_stop(signal, workers_have_it);
             publish_signal(signal, fmt::format("the ddprun agent of node {} ({}) received {}",
                                                node_rank, ctx.host, signal_name(signal)));
             return;
@@ -332,13 +335,13 @@ void Agent::Impl::on_round_stop(StopEvent event) {
     finish_round_if_done();
 }
 
-void Agent::Impl::begin_stop(int signal) {
+void Agent::Impl::begin_stop(int signal, bool workers_have_it) {
     if (kill_requested) {
         spdlog::info("another node was told twice to stop; killing workers");
         return kill_now();
     }
     phase = Phase::Stopping;
-    workers.stop(signal, ctx.config.shutdown_timeout);
+    workers.stop(signal, ctx.config.shutdown_timeout, !workers_have_it);
     finish_round_if_done();
 }
 

@@ -98,6 +98,12 @@ std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
     sources.locate_inherited = config.numa_binding != NumaBinding::None;
     ctx.resources = node_resources(env, sources);
     ctx.host = config.local_addr.empty() ? host_name() : config.local_addr;
+    // Under Slurm the node's Slurm name (n17) is what users and squeue know it by, and
+    // may differ from the OS hostname; it names the node in messages and the summary.
+    if (auto it = env.find("SLURMD_NODENAME"); config.local_addr.empty() &&
+                                               config.scheduler == "slurm" && it != env.end() &&
+                                               !it->second.empty())
+        ctx.host = it->second;
     if (ctx.resources.devices.empty())
         spdlog::debug("no GPU found and no CUDA_VISIBLE_DEVICES: leaving it unset for workers");
     auto nproc = resolve_nproc(config.nproc_per_node, ctx.resources);

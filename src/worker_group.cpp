@@ -188,14 +188,14 @@ std::optional<WorkerOutcome> WorkerGroup::on_exit(pid_t pid, int status) {
     return w.outcome;
 }
 
-void WorkerGroup::stop(int signal, std::chrono::milliseconds grace) {
+void WorkerGroup::stop(int signal, std::chrono::milliseconds grace, bool send) {
     auto& impl = *m_impl;
     if (impl.killing) return;
     if (grace.count() <= 0) return kill();
     for (auto& w : impl.workers) {
         if (!w.running) continue;
         w.outcome.stopped_by_ddprun = true;
-        signal_worker_group(w.pid, signal);
+        if (send) signal_worker_group(w.pid, signal);
     }
     if (impl.running == 0) return;
     impl.timer.expires_after(grace);

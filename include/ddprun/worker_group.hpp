@@ -64,7 +64,9 @@ class WorkerGroup {
 
     // Sends `signal` to every running worker now and SIGKILL to those still
     // running after `grace` (zero or less: at once).
-    void stop(int signal, std::chrono::milliseconds grace);
+    // `send` false: the workers got `signal` already (from Slurm's step daemon,
+    // see sent_by_step_daemon); only the grace and the kill after it remain.
+    void stop(int signal, std::chrono::milliseconds grace, bool send = true);
     // SIGKILL to every running worker now.
     void kill();
     // Passes `signal` on to every running worker's process group.
