@@ -9,6 +9,9 @@
 #   ITERATIONS=200 DURATION=3600 bash scripts/stress.sh
 #   FILTER='*MultiNodeKilledNode*' ITERATIONS=500 bash scripts/stress.sh
 #
+# SCHEDULER=linuxproc|pgid|cgroup  run the real-Slurm and Open MPI tests
+#             (ddprun_scheduler_tests) under that ProctrackType instead; FILTER
+#             then defaults to all of them
 # ITERATIONS  how many runs of the test binary (default 50)
 # DURATION    seconds after which no new iteration starts (default: no bound)
 # FILTER      gtest filter (default: the multi-node and reliability suites)
@@ -27,9 +30,15 @@ duration=${DURATION:-0}
 # The suites of tests/integration/test_multi_node.cpp and test_reliability.cpp.
 default_filter='MultiNode*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*:TwoAgentFaults.*'
 default_filter+=':RendezvousFaults.*:SilentStore.*:*/BadInputs.*:BadLogDir.*'
+tests="$build_dir/tests/ddprun_integration_tests"
+test_args=()
+if [[ -n ${SCHEDULER:-} ]]; then
+  tests="$build_dir/tests/ddprun_scheduler_tests"
+  test_args=(--proctrack="$SCHEDULER")
+  default_filter='*'
+fi
 filter=${FILTER:-$default_filter}
 log_dir=${LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/ddprun-stress.XXXXXX")}
-tests="$build_dir/tests/ddprun_integration_tests"
 # One iteration of the default filter takes minutes; this only catches a stuck binary.
 iteration_bound=${ITERATION_BOUND:-3600}
 
@@ -69,7 +78,8 @@ for ((i = 1; i <= iterations; i++)); do
   log="$log_dir/iteration-$i.log"
   status=0
   timeout --foreground --kill-after=30 "$iteration_bound" \
-    "$tests" --gtest_filter="$filter" --gtest_color=no >"$log" 2>&1 || status=$?
+    "$tests" "${test_args[@]}" --gtest_filter="$filter" --gtest_color=no >"$log" 2>&1 ||
+    status=$?
   run=$i
   if ((status == 0)); then
     rm -f "$log"
