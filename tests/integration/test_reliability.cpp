@@ -1582,8 +1582,13 @@ TEST_P(StrayStoreClient, GarbageUnderTheJobsKeysGivesAClearErrorNeverACrash) {
     if (c.mid_run) {
         wait_ready(4, [&] { return stderr_of(agents); });
         if (HasFatalFailure()) return;
-        ASSERT_EQ(write_garbage({"set", key, garbage}), 0)
-            << read_text_file(path("store_client.log"));
+        const int written = write_garbage({"set", key, garbage});
+        // Garbage that ends the job (the round's stop) may take the store's host away
+        // before the client's confirming round trip: then every agent naming the key,
+        // checked below, is what shows it was written.
+        if (!c.every_agent_names_key) {
+            ASSERT_EQ(written, 0) << read_text_file(path("store_client.log")) << stderr_of(agents);
+        }
         // Longer than the heartbeat timeout: a garbage heartbeat has had its chance.
         std::this_thread::sleep_for(3s);
         write_text_file(go, "");
@@ -1623,7 +1628,7 @@ INSTANTIATE_TEST_SUITE_P(Reliability, StrayStoreClient,
                          ::testing::Values(GarbageCase{"JoinCounter", "joined", false, true, true},
                                            GarbageCase{"RankClaim", "claim/1", false, false},
                                            GarbageCase{"Membership", "result", false},
-                                           GarbageCase{"StopRecord", "stop", true},
+                                           GarbageCase{"StopRecord", "stop", true, true, true},
                                            GarbageCase{"Heartbeat", "hb/1", true},
                                            GarbageCase{"FinishedCounter", "finished", true}),
                          [](const ::testing::TestParamInfo<GarbageCase>& param_info) {
