@@ -648,8 +648,9 @@ TEST(SchedulerKubeflow, ThePodsMasterAndRank) {
 TEST(SchedulerKubeflow, TheJobNameGivesTheRunIdAndTheStorePort) {
     const GivenValues pet = {{"nnodes", "2"}};
     LaunchDefaults d = detect_ok(kubeflow_pod(), pet);
-    EXPECT_EQ(d.rdzv_id, (DetectedValue{"kubeflow-job", "MASTER_ADDR",
-                                        "derived from the Kubeflow job name in MASTER_ADDR=job-master-0"}));
+    EXPECT_EQ(d.rdzv_id,
+              (DetectedValue{"kubeflow-job", "MASTER_ADDR",
+                             "derived from the Kubeflow job name in MASTER_ADDR=job-master-0"}));
     EXPECT_EQ(d.rdzv_endpoint->value, fmt::format("job-master-0:{}", job_ports("job").store_port));
     d = detect_ok(with(kubeflow_pod(), {{"MASTER_ADDR", "bert-master-0.team.svc"}}), pet);
     EXPECT_EQ(d.rdzv_id->value, "kubeflow-bert");
