@@ -483,9 +483,8 @@ TEST_F(SlurmSignals, ScancelFullSignalUsr1OfABatchJobReachesEveryWorkerOnce) {
 // --- 5: scancel with checkpoints to save -------------------------------------------
 
 TEST_F(SlurmSignals, ScancelLetsEveryWorkerFinishItsTwoSecondSave) {
-    // 20 jobs, 4 at a time on the two nodes. Each job names its own store and
-    // master ports, so that jobs running at once stay apart whatever ddprun
-    // derives from Slurm (that is SlurmSharing's subject, not this test's).
+    // 20 jobs, 4 at a time on the two nodes, each on the store and master ports
+    // ddprun derives from its job id (SlurmSharing checks that they never meet).
     constexpr int k_rounds = 20;
     constexpr int k_at_once = 4;
     ASSERT_GE(cluster().options().kill_wait_seconds, 5) << "KillWait leaves no time to save";
@@ -502,10 +501,7 @@ TEST_F(SlurmSignals, ScancelLetsEveryWorkerFinishItsTwoSecondSave) {
             dirs.push_back(dir);
             sruns.push_back(start_client(
                 "srun", srun_two_nodes(names.back(),
-                                       ddprun_job({"--nproc_per_node=2",
-                                                   fmt::format("--rdzv_endpoint={}:{}",
-                                                               cluster().nodes()[0], free_port()),
-                                                   fmt::format("--master_port={}", free_port())},
+                                       ddprun_job({"--nproc_per_node=2"},
                                                   {"save-marker", dir + "/saved.{rank}", "ready",
                                                    dir + "/ready.{rank}", "save-on-term", "2"}))));
         }
