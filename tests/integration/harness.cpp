@@ -800,4 +800,20 @@ std::string ddprun_messages(const std::string& err) {
     return text;
 }
 
+std::vector<std::string> fail_when_all_ready(const std::string& dir, int world, int failing,
+                                             const std::vector<std::string>& failure) {
+    std::vector<std::string> actions{"ready", dir + "/ready.{rank}"};
+    std::string who = std::to_string(failing);
+    for (int rank = 0; rank < world; ++rank) {
+        if (rank == failing) continue;
+        actions.insert(actions.end(),
+                       {"if-rank", who, "wait-file", fmt::format("{}/ready.{}", dir, rank)});
+    }
+    for (std::size_t i = 0; i + 1 < failure.size(); i += 2) {
+        actions.insert(actions.end(), {"if-rank", who, failure[i], failure[i + 1]});
+    }
+    actions.insert(actions.end(), {"sleep", "300"});
+    return actions;
+}
+
 }  // namespace ddprun_it

@@ -251,6 +251,13 @@ class IntegrationTest : public ::testing::Test {
     bool m_orphans_allowed_grace = false;
 };
 
+// fake_worker actions: every worker of the job reports ready ("<dir>/ready.<rank>");
+// rank `failing` waits until all `world` workers are, then runs `failure` (pairs
+// of action and argument); the others sleep far beyond any hang guard, so only
+// ddprun stops them.
+std::vector<std::string> fail_when_all_ready(const std::string& dir, int world, int failing,
+                                             const std::vector<std::string>& failure);
+
 // Output helpers shared by the integration suites.
 bool contains(const std::string& text, const std::string& needle);
 std::vector<std::string> non_empty_lines(const std::string& text);

@@ -98,22 +98,6 @@ std::string edit_hosts(const std::function<bool(std::string_view)>& keep,
 
 // --- the keeper process ------------------------------------------------------------
 
-// Live processes whose parent is `parent`.
-std::vector<pid_t> children_of_process(pid_t parent) {
-    std::vector<pid_t> children;
-    DIR* proc = ::opendir("/proc");
-    if (!proc) return children;
-    while (dirent* entry = ::readdir(proc)) {
-        char* end = nullptr;
-        long pid = std::strtol(entry->d_name, &end, 10);
-        if (*end != '\0' || pid <= 0) continue;
-        auto info = process_info(static_cast<pid_t>(pid));
-        if (info && info->ppid == parent) children.push_back(info->pid);
-    }
-    ::closedir(proc);
-    return children;
-}
-
 void reap_all() {
     int status = 0;
     while (::waitpid(-1, &status, WNOHANG) > 0) {
@@ -292,7 +276,7 @@ pid_t spawn_daemon(const DaemonSpec& spec) {
     auto deadline = Clock::now() + k_sweep_bound;
     for (;;) {
         reap_all();
-        auto left = children_of_process(self);
+        auto left = children_of(self);
         for (pid_t pid : processes_with_environment(cluster_env)) {
             if (pid != self) left.push_back(pid);
         }

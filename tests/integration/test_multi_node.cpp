@@ -74,25 +74,6 @@ std::vector<std::map<std::string, std::string>> env_blocks(const std::vector<std
     return blocks;
 }
 
-// Every worker of the job reports ready; rank `failing` waits until all
-// `world` workers are, then runs `failure` (pairs of action and argument);
-// the others sleep far beyond any hang guard, so only ddprun stops them.
-std::vector<std::string> fail_when_all_ready(const std::string& dir, int world, int failing,
-                                             const std::vector<std::string>& failure) {
-    std::vector<std::string> actions{"ready", dir + "/ready.{rank}"};
-    std::string who = std::to_string(failing);
-    for (int rank = 0; rank < world; ++rank) {
-        if (rank == failing) continue;
-        actions.insert(actions.end(),
-                       {"if-rank", who, "wait-file", fmt::format("{}/ready.{}", dir, rank)});
-    }
-    for (std::size_t i = 0; i + 1 < failure.size(); i += 2) {
-        actions.insert(actions.end(), {"if-rank", who, failure[i], failure[i + 1]});
-    }
-    actions.insert(actions.end(), {"sleep", "300"});
-    return actions;
-}
-
 // `action argument` for each of `ranks` only. Every agent of a job must run
 // the same program and arguments, so what differs between nodes is chosen by
 // rank.

@@ -76,25 +76,6 @@ std::vector<std::string> rank_files(const std::string& prefix, int world) {
     return paths;
 }
 
-// Actions that make rank `failing` wait until all `world` workers are ready,
-// then run `failure`; the others sleep far beyond any guard, so only ddprun
-// stops them.
-std::vector<std::string> fail_when_all_ready(const std::string& dir, int world, int failing,
-                                             const std::vector<std::string>& failure) {
-    std::vector<std::string> actions{"ready", dir + "/ready.{rank}"};
-    std::string who = std::to_string(failing);
-    for (int rank = 0; rank < world; ++rank) {
-        if (rank == failing) continue;
-        actions.insert(actions.end(),
-                       {"if-rank", who, "wait-file", fmt::format("{}/ready.{}", dir, rank)});
-    }
-    for (std::size_t i = 0; i + 1 < failure.size(); i += 2) {
-        actions.insert(actions.end(), {"if-rank", who, failure[i], failure[i + 1]});
-    }
-    actions.insert(actions.end(), {"sleep", "300"});
-    return actions;
-}
-
 // One job's view of a run: each rank's env lines (fake_worker's env + getenv).
 using RankEnv = std::map<int, std::map<std::string, std::string>>;
 
