@@ -408,7 +408,7 @@ JobPorts job_ports(long long job_id, long long step_id) {
 
 JobPorts job_ports(std::string_view name) {
     std::uint64_t hash = 14695981039346656037ULL;
-    for (unsigned char c : name) hash = (hash ^ c) * 1099511628211ULL;
+    for (char c : name) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
     auto slot = static_cast<int>(hash % k_job_slots);
     return {k_job_port_base + 2 * slot, k_job_port_base + 2 * slot + 1};
 }
