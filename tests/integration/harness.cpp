@@ -128,19 +128,30 @@ bool is_fake_worker(pid_t pid) {
     return exe.find("fake_worker") != std::string_view::npos;
 }
 
-// Children of `parent` in any state, zombies included.
-std::vector<pid_t> all_children_of(pid_t parent) {
-    std::vector<pid_t> children;
+}  // namespace
+
+std::vector<pid_t> all_pids() {
+    std::vector<pid_t> pids;
     DIR* proc = ::opendir("/proc");
-    if (!proc) return children;
+    if (!proc) return pids;
     while (dirent* entry = ::readdir(proc)) {
         char* end = nullptr;
         long pid = std::strtol(entry->d_name, &end, 10);
-        if (*end != '\0' || pid <= 0) continue;
-        auto info = process_info(static_cast<pid_t>(pid));
-        if (info && info->ppid == parent) children.push_back(info->pid);
+        if (*end == '\0' && pid > 0) pids.push_back(static_cast<pid_t>(pid));
     }
     ::closedir(proc);
+    return pids;
+}
+
+namespace {
+
+// Children of `parent` in any state, zombies included.
+std::vector<pid_t> all_children_of(pid_t parent) {
+    std::vector<pid_t> children;
+    for (pid_t pid : all_pids()) {
+        auto info = process_info(pid);
+        if (info && info->ppid == parent) children.push_back(info->pid);
+    }
     return children;
 }
 
@@ -580,12 +591,7 @@ bool process_alive(pid_t pid) {
 std::vector<ProcessInfo> live_in_groups_or_sessions(const std::set<pid_t>& leaders) {
     std::vector<ProcessInfo> found;
     if (leaders.empty()) return found;
-    DIR* proc = ::opendir("/proc");
-    if (!proc) return found;
-    while (dirent* entry = ::readdir(proc)) {
-        char* end = nullptr;
-        long pid = std::strtol(entry->d_name, &end, 10);
-        if (*end != '\0' || pid <= 0) continue;
+    for (pid_t pid : all_pids()) {
         auto stat = read_proc_file(fmt::format("/proc/{}/stat", pid));
         if (!stat) continue;
         // "pid (comm) state ppid pgrp session ..."
@@ -604,7 +610,6 @@ std::vector<ProcessInfo> live_in_groups_or_sessions(const std::set<pid_t>& leade
         }
         if (auto info = process_info(static_cast<pid_t>(pid))) found.push_back(*info);
     }
-    ::closedir(proc);
     return found;
 }
 

@@ -187,6 +187,8 @@ struct ProcessInfo {
 };
 std::string describe(const std::vector<ProcessInfo>& processes);
 std::optional<ProcessInfo> process_info(pid_t pid);
+// Every process /proc lists now, by pid (gone ones may still be listed).
+std::vector<pid_t> all_pids();
 // The live (not zombie) children of `parent`.
 std::vector<pid_t> children_of(pid_t parent);
 // The process exists and is not a zombie.

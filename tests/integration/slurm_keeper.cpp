@@ -3,7 +3,6 @@
 
 #include "slurm_keeper.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -119,12 +118,7 @@ void wait_child_event(int signal_fd, Milliseconds timeout) {
 std::vector<pid_t> processes_with_environment(const std::string& entry) {
     std::vector<pid_t> found;
     if (entry.empty()) return found;
-    DIR* proc = ::opendir("/proc");
-    if (!proc) return found;
-    while (dirent* dir = ::readdir(proc)) {
-        char* end = nullptr;
-        long pid = std::strtol(dir->d_name, &end, 10);
-        if (*end != '\0' || pid <= 0) continue;
+    for (pid_t pid : all_pids()) {
         int fd = ::open(fmt::format("/proc/{}/environ", pid).c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) continue;
         std::string environment;
@@ -138,13 +132,12 @@ std::vector<pid_t> processes_with_environment(const std::string& entry) {
             auto next = environment.find('\0', at);
             if (next == std::string::npos) next = environment.size();
             if (std::string_view(environment).substr(at, next - at) == entry) {
-                found.push_back(static_cast<pid_t>(pid));
+                found.push_back(pid);
                 break;
             }
             at = next + 1;
         }
     }
-    ::closedir(proc);
     return found;
 }
 

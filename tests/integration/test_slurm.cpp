@@ -229,6 +229,25 @@ class SlurmTest : public IntegrationTest {
     }
 
     // sbatch --parsable ... SCRIPT; the job id, empty on failure (with a test failure).
+    // A batch script of `nodes` nodes that runs ddprun itself (no srun): the
+    // job's id ("" if sbatch failed), its final state and its output.
+    struct BatchRun {
+        std::string id;
+        std::optional<std::string> state;  // nullopt: it did not end within the guard
+        std::string text;
+    };
+    BatchRun batch_without_srun(int nodes) {
+        std::string output = path("job.out");
+        std::string id =
+            sbatch({fmt::format("-N{}", nodes)},
+                   fmt::format("#!/bin/sh\nexec {}\n",
+                               fmt::join(ddprun_job({"--nproc_per_node=2"}, {"env"}), " ")),
+                   output);
+        if (id.empty()) return {id, std::nullopt, read_text_file(output)};
+        auto state = cluster().wait_job_end(id, k_job_guard);
+        return {id, state, read_text_file(output)};
+    }
+
     std::string sbatch(const std::vector<std::string>& flags, const std::string& script_text,
                        const std::string& output) {
         std::string script = path(fmt::format("batch-{}.sh", m_job_names.size()));
@@ -297,29 +316,15 @@ TEST_F(SlurmBatch, SrunInTheScriptRunsRanksZeroToThree) {
 }
 
 TEST_F(SlurmBatch, OneNodeScriptWithoutSrunRunsTheNodesWorkers) {
-    std::string output = path("job.out");
-    std::string id =
-        sbatch({"-N1"},
-               fmt::format("#!/bin/sh\nexec {}\n",
-                           fmt::join(ddprun_job({"--nproc_per_node=2"}, {"env"}), " ")),
-               output);
-    ASSERT_FALSE(id.empty());
-    auto state = cluster().wait_job_end(id, k_job_guard);
-    std::string text = read_text_file(output);
+    auto [id, state, text] = batch_without_srun(1);
+    ASSERT_FALSE(id.empty()) << text;
     ASSERT_EQ(state, "COMPLETED") << "job output:\n" << text;
     expect_one_world(text, 2, 2, {}, "ddprun in a one-node batch script");
 }
 
 TEST_F(SlurmBatch, TwoNodeScriptWithoutSrunIsRefusedInOneLine) {
-    std::string output = path("job.out");
-    std::string id =
-        sbatch({"-N2"},
-               fmt::format("#!/bin/sh\nexec {}\n",
-                           fmt::join(ddprun_job({"--nproc_per_node=2"}, {"env"}), " ")),
-               output);
-    ASSERT_FALSE(id.empty());
-    auto state = cluster().wait_job_end(id, k_job_guard);
-    std::string text = read_text_file(output);
+    auto [id, state, text] = batch_without_srun(2);
+    ASSERT_FALSE(id.empty()) << text;
     EXPECT_EQ(state, "FAILED") << "job output:\n" << text;
     EXPECT_EQ(cluster().job_exit_code(id), "2:0") << "job output:\n" << text;
     auto lines = non_empty_lines(text);
