@@ -32,7 +32,8 @@ namespace {
 
 // How a round ended for this node.
 struct RoundResult {
-    enum class Kind { Succeeded, Failed, Stopped, Aborted } kind = Kind::Succeeded;
+    // Reformed: an elastic job's membership changed; the next round follows, no restart used.
+    enum class Kind { Succeeded, Failed, Stopped, Aborted, Reformed } kind = Kind::Succeeded;
     int exit_code = 0;
 };
 
@@ -54,6 +55,7 @@ struct Agent::Impl {
     int stop_signal = 0;  // the signal that stopped this agent, 0 if none
     bool failure_published = false;
     bool kill_requested = false;          // another node asked every node to kill its workers
+    bool left = false;                    // an elastic job's node leaving on a stop signal
     std::optional<StopEvent> stop_event;  // how the round ended job-wide
 
     Impl(LaunchContext context, ClusterFactory factory, WorkerGroup::Options worker_options)
@@ -73,6 +75,7 @@ struct Agent::Impl {
     }
 
     std::optional<int> open();
+    int run_rounds();  // every round, until the job's exit code is known
     std::expected<RoundInfo, int> join();
     RoundResult run_round(const RoundInfo& info);
     RoundResult round_result();
@@ -157,12 +160,16 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
                   [&joined](auto result) { joined = std::move(result); });
     // Signals are handled while the join is in flight: a Ctrl-C aborts it on every node, and
     // a killed agent does not wait for its answer at all.
-    run_until([&] { return joined || stop_signal == SIGKILL; });
+    run_until([&] { return joined || stop_signal == SIGKILL || left; });
     phase = Phase::Done;
-    if (!joined) return std::unexpected(exit_code::kSignalBase + SIGKILL);
+    if (!joined || left) return std::unexpected(exit_code::kSignalBase + stop_signal);
     if (!*joined) {
         if (stop_signal) return std::unexpected(exit_code::kSignalBase + stop_signal);
-        spdlog::error("{}", joined->error().message);
+        // Exit code 0: an elastic job that finished before this node could take part.
+        if (joined->error().exit_code == exit_code::kSuccess)
+            spdlog::info("{}", joined->error().message);
+        else
+            spdlog::error("{}", joined->error().message);
         return std::unexpected(joined->error().exit_code);
     }
     node_rank = (*joined)->node_rank;
@@ -199,6 +206,8 @@ RoundResult Agent::Impl::round_result() {
     switch (stop_event->kind) {
         case StopEvent::Kind::Done:
             return {RoundResult::Kind::Succeeded, exit_code::kSuccess};
+        case StopEvent::Kind::Reform:
+            return {RoundResult::Kind::Reformed, exit_code::kSuccess};
         case StopEvent::Kind::Failure:
             if (stop_event->failure.kind == FailureKind::Worker)
                 return {RoundResult::Kind::Failed, stop_event->exit_code};
@@ -245,14 +254,21 @@ void Agent::Impl::on_signal(const ReceivedSignal& received) {
         return;
     }
     if (signal == parent_death_signal()) {
-        // The supervisor was SIGKILLed: the user wants everything gone, now, on every node.
-        spdlog::error("ddprun's supervisor was killed; killing every worker");
+        // The supervisor was SIGKILLed: the user wants everything gone, now, on every node
+        // (an elastic job's other nodes go on without this one).
+        spdlog::error("ddprun's supervisor was killed; killing {}",
+                      ctx.config.elastic() ? "this node's workers" : "every worker");
         const std::string why =
             fmt::format("the ddprun of node {} ({}) was killed (SIGKILL)", node_rank, ctx.host);
         const Phase was = phase;
         stop_signal = SIGKILL;
-        if (was == Phase::Joining) cluster->abort(why, exit_code::kSignalBase + SIGKILL);
-        if (was == Phase::Running || was == Phase::Stopping) publish_signal(SIGKILL, why);
+        // In an elastic job this node leaves; the others go on.
+        if (was != Phase::Connecting && cluster->leave(SIGKILL)) {
+            left = true;
+        } else {
+            if (was == Phase::Joining) cluster->abort(why, exit_code::kSignalBase + SIGKILL);
+            if (was == Phase::Running || was == Phase::Stopping) publish_signal(SIGKILL, why);
+        }
         kill_now();
         return;
     }
@@ -276,6 +292,13 @@ void Agent::Impl::on_stop_signal(int signal, bool workers_have_it) {
             stop_signal = signal;
             return;
         case Phase::Joining:
+            if (cluster->leave(signal)) {
+                spdlog::info("received {} while waiting to join; leaving the job",
+                             signal_name(signal));
+                stop_signal = signal;
+                left = true;
+                return;
+            }
             spdlog::info("received {} while the nodes were joining; giving up",
                          signal_name(signal));
             stop_signal = signal;
@@ -284,6 +307,17 @@ void Agent::Impl::on_stop_signal(int signal, bool workers_have_it) {
                            exit_code::kSignalBase + signal);
             return;
         case Phase::Running:
+            if (cluster->leave(signal)) {
+                // An elastic job goes on without this node.
+                spdlog::info(
+                    "received {}; leaving the job: stopping workers (send it again to kill them "
+                    "at once)",
+                    signal_name(signal));
+                stop_signal = signal;
+                left = true;
+                begin_stop(signal, workers_have_it);
+                return;
+            }
             spdlog::info("received {}; stopping workers (send it again to kill them at once)",
                          signal_name(signal));
             stop_signal = signal;
@@ -302,12 +336,17 @@ void Agent::Impl::on_stop_signal(int signal, bool workers_have_it) {
                     "at once)",
                     signal_name(signal));
                 stop_signal = signal;
+                if (cluster->leave(signal)) {
+                    left = true;
+                    finish_round_if_done();
+                    return;
+                }
                 publish_signal(signal, fmt::format("the ddprun agent of node {} ({}) received {}",
                                                    node_rank, ctx.host, signal_name(signal)));
                 return;
             }
             spdlog::info("received {} again; killing workers", signal_name(signal));
-            cluster->publish_kill();
+            if (!left) cluster->publish_kill();  // a node that left kills only its own
             kill_now();
             return;
         case Phase::Killing:
@@ -358,7 +397,8 @@ void Agent::Impl::finish_round_if_done() {
     // The round ends when its job-wide outcome is known, or this agent was signalled to kill
     // (twice, or its supervisor died): it must not wait for anyone then. A kill asked by
     // another node still waits for the stop it follows, which names the round's outcome.
-    if (!stop_event && !(phase == Phase::Killing && stop_signal)) return;
+    // A node leaving an elastic job does not wait for the others' re-forming either.
+    if (!stop_event && !(phase == Phase::Killing && stop_signal) && !left) return;
     phase = Phase::Done;
 }
 
@@ -409,45 +449,57 @@ int Agent::run() {
         if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw std::runtime_error("signal(SIGPIPE)");
 
         if (auto failed = impl.open()) return *failed;
-        const int max_restarts = impl.ctx.config.max_restarts;
-        for (impl.round = 0;; ++impl.round) {
-            auto info = impl.join();
-            if (!info) {
-                impl.cluster->end_round(impl.stop_signal == SIGKILL);
-                return info.error();
-            }
-            RoundResult result = impl.run_round(*info);
-            if (result.kind == RoundResult::Kind::Failed && impl.round >= max_restarts &&
-                impl.shared_console()) {
-                std::vector<FailureRecord> failed;
-                for (const auto& worker : impl.workers.outcomes())
-                    if (worker.failed()) failed.push_back(failure_record(worker));
-                impl.cluster->share_outcomes(std::move(failed));
-            }
-            impl.cluster->end_round(impl.stop_signal == SIGKILL);
-            switch (result.kind) {
-                case RoundResult::Kind::Succeeded:
-                case RoundResult::Kind::Aborted:
-                    return result.exit_code;
-                case RoundResult::Kind::Stopped:
-                    spdlog::info("stopped by {}", signal_name(impl.stop_signal));
-                    return result.exit_code;
-                case RoundResult::Kind::Failed:
-                    if (impl.round < max_restarts) {
-                        spdlog::warn("{}; restarting the workers ({} of {})",
-                                     describe_failure(impl.stop_event, impl.workers.outcomes()),
-                                     impl.round + 1, max_restarts);
-                        continue;
-                    }
-                    return impl.report_failure(
-                        max_restarts > 0
-                            ? fmt::format("ddprun: job failed after {} restart(s)", max_restarts)
-                            : std::string("ddprun: job failed"));
-            }
-        }
+        const int code = impl.run_rounds();
+        // Whoever still waits to join (an elastic job's spares) learns that the job is over.
+        impl.cluster->end_job(code);
+        return code;
     } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         return exit_code::kInternal;
+    }
+}
+
+int Agent::Impl::run_rounds() {
+    const int max_restarts = ctx.config.max_restarts;
+    for (round = 0;; ++round) {
+        auto info = join();
+        if (!info) {
+            cluster->end_round(stop_signal == SIGKILL);
+            return info.error();
+        }
+        // An elastic job's leader numbers the rounds.
+        round = info->round;
+        const bool restarts_left = info->restart_count < max_restarts;
+        RoundResult result = run_round(*info);
+        if (result.kind == RoundResult::Kind::Failed && !restarts_left && shared_console()) {
+            std::vector<FailureRecord> failed;
+            for (const auto& worker : workers.outcomes())
+                if (worker.failed()) failed.push_back(failure_record(worker));
+            cluster->share_outcomes(std::move(failed));
+        }
+        cluster->end_round(stop_signal == SIGKILL);
+        switch (result.kind) {
+            case RoundResult::Kind::Succeeded:
+            case RoundResult::Kind::Aborted:
+                return result.exit_code;
+            case RoundResult::Kind::Stopped:
+                spdlog::info("{} {}", left ? "left the job on" : "stopped by",
+                             signal_name(stop_signal));
+                return result.exit_code;
+            case RoundResult::Kind::Reformed:
+                continue;  // the membership changed: the next round, no restart used
+            case RoundResult::Kind::Failed:
+                if (restarts_left) {
+                    spdlog::warn("{}; restarting the workers ({} of {})",
+                                 describe_failure(stop_event, workers.outcomes()),
+                                 info->restart_count + 1, max_restarts);
+                    continue;
+                }
+                return report_failure(
+                    max_restarts > 0
+                        ? fmt::format("ddprun: job failed after {} restart(s)", max_restarts)
+                        : std::string("ddprun: job failed"));
+        }
     }
 }
 

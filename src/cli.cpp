@@ -141,7 +141,10 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
         b.fail(b.find("run_path")
                    ->error_hint("not supported by ddprun",
                                 "run the program directly, e.g. ddprun ./train.py"));
-    b.set("nnodes", config.nnodes, parse_nnodes);
+    NnodesRange nnodes;
+    b.set("nnodes", nnodes, parse_nnodes);
+    config.min_nnodes = nnodes.min;
+    config.nnodes = nnodes.max;
     b.set("nproc_per_node", config.nproc_per_node, parse_nproc);
     b.set("standalone", standalone, parse_switch);
     if (standalone && config.nnodes != 1 && b.find("nnodes") != nullptr)
@@ -160,7 +163,7 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     if (standalone) {
         config.standalone = true;
         config.rdzv_backend = "c10d";
-        config.nnodes = 1;
+        config.nnodes = config.min_nnodes = 1;
         config.master_addr = "127.0.0.1";
     }
     b.set("node_rank", config.node_rank,
@@ -170,6 +173,9 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
                    ->error(fmt::format("must be less than the number of nodes ({})", config.nnodes),
                            "0"));
     if (!config.node_rank && config.nnodes == 1) config.node_rank = 0;
+    // As torchrun's c10d rendezvous: an elastic job assigns node ranks at every round, so a
+    // given one (a flag, PET_NODE_RANK, a scheduler's) is ignored; --dry-run says so.
+    if (config.elastic()) config.node_rank.reset();
 
     b.set("max_restarts", config.max_restarts,
           [](const Setting& s) { return parse_int(s, 0, INT_MAX, "3"); });
@@ -300,10 +306,12 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
     };
     int port = config.master_port.value_or(0);
     std::vector<std::pair<std::string, std::string>> sources = {
-        entry("nnodes", std::to_string(config.nnodes), shaped("nnodes")),
+        entry("nnodes", nnodes_text(config.min_nnodes, config.nnodes), shaped("nnodes")),
         entry("node_rank",
               config.node_rank ? std::to_string(*config.node_rank) : "assigned at rendezvous",
-              source("node_rank")),
+              config.elastic() && settings.contains("node_rank")
+                  ? source("node_rank") + ", ignored: an elastic job assigns node ranks"
+                  : source("node_rank")),
         entry("nproc_per_node", nproc_text(config.nproc_per_node), source("nproc_per_node")),
         entry("master_addr", config.master_addr,
               config.standalone ? source("standalone") : source("master_addr")),

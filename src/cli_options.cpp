@@ -84,7 +84,7 @@ constexpr OptionSpec k_option_table[] = {
     {"broadcast-signals", 0, "", EnvDefault::Ddprun, k_ddprun,
      "a SIGUSR1/SIGUSR2 to one agent reaches every node's workers"},
     {"log-prefix", 0, "TEMPLATE", EnvDefault::Ddprun, k_ddprun,
-     "{rank} {local_rank} {node_rank} {role}; '' none [\"[{rank}]: \"]"},
+     "{rank} {local_rank} {node_rank} {role} {round} [\"[{rank}]: \"]"},
     {"verbose", 'v', "", EnvDefault::None, k_ddprun, "more output (-vv: even more)"},
     {"quiet", 'q', "", EnvDefault::None, k_ddprun, "errors only"},
     {"version", 0, "", EnvDefault::None, k_ddprun, "print the version"},

@@ -90,22 +90,22 @@ Parsed<int> parse_int(const Setting& s, long long min, long long max, std::strin
     return static_cast<int>(*value);
 }
 
-Parsed<int> parse_nnodes(const Setting& s) {
+Parsed<NnodesRange> parse_nnodes(const Setting& s) {
     auto colon = s.value.find(':');
-    if (colon == std::string::npos) return parse_int(s, 1, k_max_nnodes, "2");
+    if (colon == std::string::npos) {
+        auto n = parse_int(s, 1, k_max_nnodes, "2");
+        if (!n) return std::unexpected(n.error());
+        return NnodesRange{*n, *n};
+    }
     auto min = to_flag_integer(std::string_view(s.value).substr(0, colon));
     auto max = to_flag_integer(std::string_view(s.value).substr(colon + 1));
     if (!min || !max) return std::unexpected(s.error("expected N or MIN:MAX", "2"));
     if (*min < 1) return std::unexpected(s.error("MIN must be at least 1", "2"));
     if (*min > *max)
         return std::unexpected(s.error("MIN is greater than MAX", fmt::format("{}", *min)));
-    if (*min < *max)
-        return std::unexpected(
-            s.error("elastic --nnodes=MIN:MAX is not supported; use a fixed --nnodes=N",
-                    fmt::format("{}", *max)));
     if (*max > k_max_nnodes)
-        return std::unexpected(s.error(fmt::format("must be at most {}", k_max_nnodes), "2"));
-    return static_cast<int>(*min);
+        return std::unexpected(s.error(fmt::format("MAX must be at most {}", k_max_nnodes), "2"));
+    return NnodesRange{static_cast<int>(*min), static_cast<int>(*max)};
 }
 
 Parsed<NprocSpec> parse_nproc(const Setting& s) {

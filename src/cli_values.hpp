@@ -55,7 +55,12 @@ using Parsed = std::expected<T, Error>;
 // and an example.
 Parsed<bool> parse_switch(const Setting& s);
 Parsed<int> parse_int(const Setting& s, long long min, long long max, std::string_view example);
-Parsed<int> parse_nnodes(const Setting& s);
+// --nnodes=N (min == max) or MIN:MAX (elastic), 1 <= MIN <= MAX.
+struct NnodesRange {
+    int min = 1;
+    int max = 1;
+};
+Parsed<NnodesRange> parse_nnodes(const Setting& s);
 Parsed<NprocSpec> parse_nproc(const Setting& s);
 Parsed<int> parse_port(const Setting& s);
 Parsed<double> parse_seconds(const Setting& s, bool zero_ok, std::string_view example);

@@ -7,6 +7,7 @@
 
 #include "ddprun/clock.hpp"
 #include "ddprun/logging.hpp"
+#include "ddprun/text.hpp"
 
 #include <cstdio>
 
@@ -38,6 +39,49 @@ Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<
     m_ops_store = m_store->clone();
     m_ops_rendezvous = std::make_unique<Rendezvous>(*m_ops_store, m_options.run_id);
     m_ops = std::make_unique<asio::thread_pool>(1);
+    m_round_nnodes = m_options.me.fingerprint.nnodes;
+}
+
+std::optional<Error> Coordinator::arrive() {
+    if (!m_options.elastic) return std::nullopt;
+    try {
+        m_round = -1;  // no round joined yet: heartbeats only
+        m_agent = ElasticMember::arrive(*m_store, m_options.run_id);
+        m_member = std::make_unique<ElasticMember>(*m_store, m_options.run_id, m_agent);
+        m_ops_member = std::make_unique<ElasticMember>(*m_ops_store, m_options.run_id, m_agent);
+        if (m_options.store.is_server) {
+            ElasticLeader::Options leader;
+            leader.run_id = m_options.run_id;
+            leader.agent = m_agent;
+            leader.me = m_options.me;
+            leader.limits = m_options.limits;
+            leader.heartbeat_timeout = m_options.heartbeat_timeout;
+            m_leader = std::make_unique<ElasticLeader>(m_store->clone(), std::move(leader));
+            m_leader->start();
+        }
+        return std::nullopt;
+    } catch (const StoreError& e) {
+        return Error{e.what(), exit_code::kRendezvous};
+    }
+}
+
+void Coordinator::leave(const std::string& why) {
+    if (!m_member) return;
+    try {
+        m_member->leave(why);
+    } catch (const StoreError& e) {
+        spdlog::debug("leaving the job: {}", e.what());
+    }
+}
+
+void Coordinator::close_job(int exit_code, const std::string& message) {
+    if (!m_leader || store_stalled()) return;
+    try {
+        m_member->close(exit_code, message);
+        m_leader->wait_closed(std::chrono::seconds(3));
+    } catch (const StoreError& e) {
+        spdlog::debug("closing the job: {}", e.what());
+    }
 }
 
 bool Coordinator::store_stalled() const {
@@ -51,6 +95,12 @@ Coordinator::~Coordinator() {
     if (store_stalled()) {
         // Threads blocked forever in a store call: abandon them with what they use; the
         // agent's process exits right after this.
+        if (m_leader) {
+            m_leader->abandon();
+            (void)m_leader.release();
+        }
+        (void)m_ops_member.release();
+        (void)m_member.release();
         if (m_heartbeat.joinable()) m_heartbeat.detach();
         if (m_watcher.joinable()) m_watcher.detach();
         (void)m_ops.release();
@@ -70,10 +120,29 @@ void Coordinator::stop_watcher() {
 }
 
 void Coordinator::join(int round, int node_rank, int master_port, JoinDone done) {
-    m_round = round;
     NodeInfo me = m_options.me;
     me.node_rank = node_rank;
     me.master_port = master_port;
+    if (m_options.elastic) {
+        me.node_rank = -1;
+        me.agent_id = fmt::format("{}-{}", me.pid, m_agent);
+        asio::post(*m_ops, [this, me, done = std::move(done)] {
+            auto spare = [this](std::string line) {
+                asio::post(m_io, [this, line] {
+                    if (m_on_spare) m_on_spare(line);
+                });
+            };
+            auto result =
+                m_ops_member->join(me, spare, [this] { return m_closing || m_join_cancelled; });
+            if (result) {
+                m_round_nnodes = static_cast<int>(result->nproc_per_node.size());
+                m_round = result->round;
+            }
+            asio::post(m_io, [done, result = std::move(result)] { done(result); });
+        });
+        return;
+    }
+    m_round = round;
     asio::post(*m_ops, [this, round, me, done = std::move(done)] {
         auto result =
             m_ops_rendezvous->join(round, me, m_options.store.is_server, m_options.join_timeout);
@@ -152,6 +221,10 @@ void Coordinator::abort(int round, const std::string& message, int exit_code) {
     } catch (const StoreError& e) {
         spdlog::debug("aborting the round: {}", e.what());
     }
+    // An elastic job's host gives the job up: whoever waits to join is told too, and its
+    // own join ends.
+    m_join_cancelled = true;
+    close_job(exit_code, message);
 }
 
 void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds bound,
@@ -226,11 +299,14 @@ std::optional<Error> Coordinator::check_run_id() {
 }
 
 void Coordinator::broadcast_signal(int round, int node_rank, int signal) {
-    asio::post(*m_ops, [this, round, node_rank, signal] {
+    // Who sent it, so that its own heartbeat thread skips it: an elastic agent's node rank
+    // may change between rounds, its id does not.
+    const int origin = m_options.elastic ? m_agent : node_rank;
+    asio::post(*m_ops, [this, round, origin, signal] {
         try {
             std::int64_t n = m_ops_store->add(m_ops_rendezvous->key(round, "signals"), 1);
             m_ops_store->set(m_ops_rendezvous->key(round, fmt::format("signal/{}", n)),
-                             fmt::format("{} {}", signal, node_rank));
+                             fmt::format("{} {}", signal, origin));
         } catch (const StoreError& e) {
             spdlog::warn("could not pass the signal on to the other nodes: {}", e.what());
         }
@@ -257,7 +333,12 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
         return;
     }
     Rendezvous rendezvous(*store, m_options.run_id);
-    int round = -1;
+    // An elastic agent beats under its id from its arrival on (spares too); the leader
+    // watches the others, the others watch the leader.
+    const bool elastic = m_options.elastic;
+    std::optional<ElasticMember> member;
+    if (elastic) member.emplace(*store, m_options.run_id, m_agent);
+    int round = elastic ? -2 : -1;
     std::unique_ptr<HeartbeatMonitor> monitor;
     bool reported = false;
     std::int64_t seq = 0;
@@ -269,12 +350,19 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
         lock.unlock();
         auto now = HeartbeatMonitor::Clock::now();
         try {
+            if (elastic && round == -2) {
+                round = -1;  // before the first round: beat and watch the leader only
+                monitor = std::make_unique<HeartbeatMonitor>(
+                    host ? std::vector<int>{} : std::vector<int>{0}, timeout, now);
+            }
             if (m_round != round) {
                 round = m_round;
                 signals_seen = 0;
                 kill_seen = false;
                 std::vector<int> watched;
-                if (host) {
+                if (elastic) {
+                    if (!host) watched.push_back(0);
+                } else if (host) {
                     for (int node = 0; node < nnodes(); ++node)
                         if (node != node_rank) watched.push_back(node);
                 } else {
@@ -283,12 +371,17 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 monitor = std::make_unique<HeartbeatMonitor>(watched, timeout, now);
                 reported = false;
             }
-            rendezvous.beat(round, node_rank, ++seq);
-            if (m_on_kill && !kill_seen && store->check({rendezvous.key(round, "kill")})) {
+            if (elastic)
+                store->set(member->heartbeat_key(host), std::to_string(++seq));
+            else
+                rendezvous.beat(round, node_rank, ++seq);
+            if (round < 0) {
+                // Not in a round yet (an elastic agent waiting to join).
+            } else if (m_on_kill && !kill_seen && store->check({rendezvous.key(round, "kill")})) {
                 kill_seen = true;
                 asio::post(m_io, [this] { m_on_kill(); });
             }
-            if (m_on_signal) {
+            if (m_on_signal && round >= 0) {
                 // Signals other agents broadcast since the last beat (--broadcast-signals).
                 std::int64_t count = store->add(rendezvous.key(round, "signals"), 0);
                 for (; signals_seen < count; ++signals_seen) {
@@ -299,11 +392,19 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     if (std::sscanf(text.c_str(), "%d %d", &signal, &origin) != 2 || signal <= 0 ||
                         signal >= 65)
                         continue;  // not ours to trust; never a reason to fail the job
-                    if (origin == node_rank) continue;  // this agent forwarded it already
+                    if (origin == (elastic ? m_agent : node_rank))
+                        continue;  // forwarded here already
                     asio::post(m_io, [this, signal] { m_on_signal(signal); });
                 }
             }
-            if (host) {
+            if (elastic) {
+                if (!host) {
+                    const std::string leader_key = elastic_key(m_options.run_id, "hb/host");
+                    std::optional<std::int64_t> beat;
+                    if (store->check({leader_key})) beat = to_integer(store->get(leader_key));
+                    monitor->observe(0, beat, now);
+                }
+            } else if (host) {
                 auto beats = rendezvous.read_heartbeats(round, nnodes());
                 for (int node = 0; node < nnodes(); ++node)
                     if (node != node_rank)
@@ -314,7 +415,14 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             auto stale = monitor->stale(HeartbeatMonitor::Clock::now());
             if (!stale.empty() && !reported) {
                 reported = true;
-                if (host) {
+                if (elastic) {
+                    std::string msg = fmt::format(
+                        "the store's host (node 0) stopped answering (no heartbeat for {} ms); "
+                        "an elastic job survives any node but this one: with "
+                        "--rdzv_backend=c10d the rendezvous store lives in node 0's agent",
+                        timeout.count());
+                    asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+                } else if (host) {
                     FailureRecord record;
                     record.kind = FailureKind::NodeLost;
                     record.node_rank = stale.front();

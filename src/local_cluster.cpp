@@ -26,7 +26,7 @@ class LocalCluster final : public Cluster {
         info.nproc_per_node = {m_ctx.nproc};
         info.master_addr = m_ctx.config.master_addr;
         info.master_port = master_port;
-        info.restart_count = round;
+        info.restart_count = info.round = round;
         asio::post(m_io, [done = std::move(done), info] { done(info); });
     }
 

@@ -11,7 +11,8 @@ namespace ddprun {
 
 namespace {
 
-constexpr std::array<std::string_view, 4> k_placeholders{"rank", "local_rank", "node_rank", "role"};
+constexpr std::array<std::string_view, 5> k_placeholders{"rank", "local_rank", "node_rank", "role",
+                                                         "round"};
 
 // Walks a prefix template once: on_text gets literal text, on_placeholder the
 // name inside each "{name}". A stray brace is passed on as text. Returns the
@@ -61,6 +62,8 @@ std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
                 out += std::to_string(source.node_rank);
             } else if (name == "role") {
                 out += source.role;
+            } else if (name == "round") {
+                out += std::to_string(source.round);
             } else {
                 out += '{';
                 out += name;

@@ -126,6 +126,7 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         env.emplace_back("MASTER_PORT", std::to_string(round.master_port));
         if (w.sets_devices) env.emplace_back("CUDA_VISIBLE_DEVICES", w.devices);
         env.emplace_back("TORCHELASTIC_RESTART_COUNT", std::to_string(round.restart_count));
+        env.emplace_back("DDPRUN_ROUND", std::to_string(round.round));
         env.emplace_back("TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts));
         env.emplace_back("TORCHELASTIC_RUN_ID", config.rdzv_id);
         // Rank 0's own store listens at MASTER_ADDR:MASTER_PORT, as with torchrun's static

@@ -35,12 +35,22 @@ std::expected<nlohmann::json, std::string> parse_object(std::string_view text);
 // The string field `name` of `object`, "" when missing or not a string.
 std::string string_field(const nlohmann::json& object, const char* name);
 
+// Text for a one-line message: control characters (a newline from a stray
+// writer) become spaces.
+inline void to_one_line(std::string& text) {
+    std::replace_if(
+        text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }, ' ');
+}
+
 // Reads fields of one object, remembering the first problem.
 class FieldReader {
   public:
     using json = nlohmann::json;
 
     explicit FieldReader(const json& object) : m_object(object) {}
+
+    // For fields an older record may lack, read only when present.
+    bool has(const char* name) const { return m_object.contains(name); }
 
     template <class Int>
     void integer(const char* name, Int& out, Int min, Int max) {
@@ -79,8 +89,7 @@ class FieldReader {
     void line(const char* name, std::string& out) {
         text(name, out);
         if (!ok()) return;
-        std::replace_if(
-            out.begin(), out.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }, ' ');
+        to_one_line(out);
         if (out.find_first_not_of(' ') == std::string::npos) fail(name, "is empty");
     }
 

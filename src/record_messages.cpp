@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/config.hpp"
 #include "record_json.hpp"
 #include "records_internal.hpp"
 
@@ -67,7 +68,9 @@ struct FingerprintField {
 
 const std::vector<FingerprintField>& fingerprint_fields() {
     static const std::vector<FingerprintField> fields = {
-        {"nnodes", [](const Fingerprint& f) { return std::to_string(f.nnodes); }},
+        {"nnodes", [](const Fingerprint& f) { return nnodes_text(f.min(), f.nnodes); }},
+        {"last_call_timeout",
+         [](const Fingerprint& f) { return fmt::format("{} ms", f.last_call_ms); }},
         {"program and arguments", [](const Fingerprint& f) { return quote_value(f.program); }},
         {"max_restarts", [](const Fingerprint& f) { return std::to_string(f.max_restarts); }},
         {"run id", [](const Fingerprint& f) { return quote_value(f.run_id); }},
@@ -102,11 +105,23 @@ std::string fingerprint_mismatch(const std::vector<NodeInfo>& nodes) {
     return message;
 }
 
-std::string nnodes_mismatch(int node_zero_nnodes, int their_nnodes, int their_rank) {
+std::string fingerprint_conflict(const Fingerprint& job, const Fingerprint& theirs) {
+    std::string message;
+    for (const auto& field : fingerprint_fields()) {
+        std::string expected = field.value(job), got = field.value(theirs);
+        if (expected == got) continue;
+        message += fmt::format("{}{} differ: {} on node 0, {} on this node",
+                               message.empty() ? "" : "; ", field.name, expected, got);
+    }
+    return message;
+}
+
+std::string nnodes_mismatch(const std::string& node_zero_nnodes, const std::string& their_nnodes,
+                            int their_rank) {
     return fmt::format(
-        "rendezvous: the nodes must run the same job, but nnodes differ: {} on node "
-        "0, {} on node {}",
-        node_zero_nnodes, their_nnodes, their_rank);
+        "rendezvous: the nodes must run the same job, but nnodes differ: {} on node 0, {} on {}",
+        node_zero_nnodes, their_nnodes,
+        their_rank < 0 ? std::string("this node") : fmt::format("node {}", their_rank));
 }
 
 }  // namespace ddprun::detail

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/config.hpp"
 #include "record_json.hpp"
 #include "records_internal.hpp"
 
@@ -37,6 +38,8 @@ constexpr int k_max_int = 1 << 30;
 
 void add_fingerprint(json& object, const Fingerprint& fingerprint) {
     object["nnodes"] = fingerprint.nnodes;
+    object["min_nnodes"] = fingerprint.min_nnodes;
+    object["last_call_ms"] = fingerprint.last_call_ms;
     object["program"] = fingerprint.program;
     object["max_restarts"] = fingerprint.max_restarts;
     object["run_id"] = fingerprint.run_id;
@@ -45,6 +48,11 @@ void add_fingerprint(json& object, const Fingerprint& fingerprint) {
 
 void read_fingerprint(FieldReader& read, Fingerprint& fingerprint) {
     read.integer("nnodes", fingerprint.nnodes, 1, k_max_int);
+    // Absent from a fixed-size job's records before elastic jobs existed.
+    if (read.has("min_nnodes")) read.integer("min_nnodes", fingerprint.min_nnodes, 0, k_max_int);
+    if (read.has("last_call_ms"))
+        read.integer("last_call_ms", fingerprint.last_call_ms, std::int64_t{0},
+                     std::int64_t{INT64_MAX});
     read.text("program", fingerprint.program, k_max_record_bytes);
     read.integer("max_restarts", fingerprint.max_restarts, 0, k_max_int);
     read.text("run_id", fingerprint.run_id);
@@ -67,7 +75,7 @@ std::expected<NodeInfo, std::string> node_from(const json& object) {
     if (!object.is_object()) return std::unexpected(std::string("a node record is not an object"));
     NodeInfo info;
     FieldReader read(object);
-    read.integer("node_rank", info.node_rank, 0, k_max_int);
+    read.integer("node_rank", info.node_rank, -1, k_max_int);  // -1: to be assigned
     read.text("host", info.host);
     read.text("addr", info.addr);
     read.integer("nproc", info.nproc, 1, k_max_int);
@@ -171,7 +179,8 @@ std::expected<JoinedRecord, std::string> parse_joined(std::string_view text) {
 }
 
 std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
-                            const Fingerprint& fingerprint) {
+                            const Fingerprint& fingerprint, int restarts,
+                            const std::string& change) {
     // By column, not a record per node: every agent reads it, so its size and the
     // work to parse it, which grow with the number of nodes, are kept small.
     json nproc = json::array(), hosts = json::array(), pids = json::array(),
@@ -184,6 +193,8 @@ std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
     }
     json membership = {{"kind", "membership"},
                        {"round", round},
+                       {"restarts", restarts},
+                       {"change", truncated(change, k_max_message_bytes)},
                        {"master_addr", nodes.front().addr},
                        {"master_port", nodes.front().master_port},
                        {"nproc", std::move(nproc)},
@@ -213,6 +224,114 @@ std::string failure_stop_json(const FailureRecord& record, const std::string& ru
 
 std::string done_stop_json(const std::string& run_id) {
     return json{{"kind", "done"}, {"run_id", run_id}}.dump();
+}
+
+std::string reform_stop_json(const std::string& message, const std::string& run_id) {
+    return json{{"kind", "reform"},
+                {"run_id", run_id},
+                {"message", truncated(message, k_max_message_bytes)}}
+        .dump();
+}
+
+namespace {
+
+constexpr std::pair<ElasticEvent::Kind, std::string_view> k_event_kinds[] = {
+    {ElasticEvent::Kind::Join, "join"},
+    {ElasticEvent::Kind::Leave, "leave"},
+    {ElasticEvent::Kind::Close, "close"},
+};
+constexpr std::pair<ElasticAnswer::Kind, std::string_view> k_answer_kinds[] = {
+    {ElasticAnswer::Kind::Round, "round"},
+    {ElasticAnswer::Kind::Spare, "spare"},
+    {ElasticAnswer::Kind::Finished, "finished"},
+    {ElasticAnswer::Kind::Refused, "refused"},
+};
+
+template <class Kind, std::size_t N>
+std::string_view kind_name(const std::pair<Kind, std::string_view> (&kinds)[N], Kind kind) {
+    for (const auto& [value, name] : kinds)
+        if (value == kind) return name;
+    return kinds[0].second;
+}
+
+template <class Kind, std::size_t N>
+std::optional<Kind> kind_named(const std::pair<Kind, std::string_view> (&kinds)[N],
+                               std::string_view name) {
+    for (const auto& [value, text] : kinds)
+        if (text == name) return value;
+    return std::nullopt;
+}
+
+}  // namespace
+
+std::string join_event_json(int agent, int answer, const NodeInfo& node) {
+    return json{{"kind", "join"}, {"agent", agent}, {"answer", answer}, {"node", node_json(node)}}
+        .dump();
+}
+
+std::string leave_event_json(int agent, const std::string& why) {
+    return json{
+        {"kind", "leave"}, {"agent", agent}, {"message", truncated(why, k_max_message_bytes)}}
+        .dump();
+}
+
+std::string close_event_json(int agent, int exit_code, const std::string& message) {
+    return json{{"kind", "close"},
+                {"agent", agent},
+                {"exit_code", exit_code},
+                {"message", truncated(message, k_max_message_bytes)}}
+        .dump();
+}
+
+std::expected<ElasticEvent, std::string> parse_event(std::string_view text) {
+    auto object = parse_object(text);
+    if (!object) return std::unexpected(object.error());
+    ElasticEvent event;
+    auto kind = kind_named(k_event_kinds, string_field(*object, "kind"));
+    if (!kind)
+        return std::unexpected("field 'kind' is " + quote_value(string_field(*object, "kind")));
+    event.kind = *kind;
+    FieldReader read(*object);
+    read.integer("agent", event.agent, 0, k_max_int);
+    if (event.kind == ElasticEvent::Kind::Join) {
+        read.integer("answer", event.answer, 0, k_max_int);
+        if (!object->contains("node"))
+            return std::unexpected(std::string("field 'node' is missing"));
+        auto node = node_from((*object)["node"]);
+        if (!node) return std::unexpected(node.error());
+        event.node = std::move(*node);
+    } else {
+        read.line("message", event.message);
+        if (event.kind == ElasticEvent::Kind::Close)
+            read.integer("exit_code", event.exit_code, 0, 255);
+    }
+    if (!read.ok()) return std::unexpected(read.error());
+    return event;
+}
+
+std::string answer_json(const ElasticAnswer& answer) {
+    return json{{"kind", kind_name(k_answer_kinds, answer.kind)},
+                {"round", answer.round},
+                {"message", truncated(answer.message, k_max_message_bytes)},
+                {"exit_code", answer.exit_code}}
+        .dump();
+}
+
+std::expected<ElasticAnswer, std::string> parse_answer(std::string_view text) {
+    auto object = parse_object(text);
+    if (!object) return std::unexpected(object.error());
+    ElasticAnswer answer;
+    auto kind = kind_named(k_answer_kinds, string_field(*object, "kind"));
+    if (!kind)
+        return std::unexpected("field 'kind' is " + quote_value(string_field(*object, "kind")));
+    answer.kind = *kind;
+    FieldReader read(*object);
+    read.integer("round", answer.round, 0, k_max_int);
+    read.text("message", answer.message);
+    to_one_line(answer.message);
+    read.integer("exit_code", answer.exit_code, 0, 255);
+    if (!read.ok()) return std::unexpected(read.error());
+    return answer;
 }
 
 std::string outcomes_json(const std::vector<FailureRecord>& records, const std::string& run_id) {
@@ -288,6 +407,15 @@ StopEvent parse_stop(std::string_view text, const std::string& key, const std::s
             event.kind = StopEvent::Kind::Failure;
             event.failure = std::move(*failure);
             event.exit_code = event.failure.exit_code;
+        }
+    } else if (kind == "reform") {
+        FieldReader read(*object);
+        read.line("message", event.message);
+        if (read.ok()) {
+            event.kind = StopEvent::Kind::Reform;
+            event.exit_code = 0;
+        } else {
+            event.message = malformed(key, read.error());
         }
     } else if (kind == "abort") {
         FieldReader read(*object);
@@ -367,9 +495,17 @@ std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
             rendezvous_error(malformed(result_key, "neither a membership nor an abort")));
     }
     const std::size_t listed = result["nproc"].size();
-    if (listed != static_cast<std::size_t>(me.fingerprint.nnodes)) {
+    const Fingerprint& mine_fp = me.fingerprint;
+    const bool elastic = mine_fp.elastic();
+    if (!elastic && listed != static_cast<std::size_t>(mine_fp.nnodes)) {
         return std::unexpected(rendezvous_error(detail::nnodes_mismatch(
-            static_cast<int>(listed), me.fingerprint.nnodes, me.node_rank)));
+            std::to_string(listed), std::to_string(mine_fp.nnodes), me.node_rank)));
+    }
+    if (elastic && (listed < static_cast<std::size_t>(mine_fp.min()) ||
+                    listed > static_cast<std::size_t>(mine_fp.nnodes))) {
+        return std::unexpected(rendezvous_error(
+            malformed(result_key, fmt::format("it lists {} nodes, outside --nnodes={}", listed,
+                                              nnodes_text(mine_fp.min(), mine_fp.nnodes)))));
     }
     Fingerprint fingerprint;
     RoundMembership membership;
@@ -385,7 +521,22 @@ std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
     read.texts("host", membership.hosts, listed);
     read.integers("pid", pids, listed, std::int64_t{0}, std::int64_t{INT64_MAX});
     read.texts("agent_id", agent_ids, listed);
+    membership.restart_count = round;  // a fixed-size job restarts every round
+    if (read.has("restarts")) read.integer("restarts", membership.restart_count, 0, k_max_int);
+    read.text("change", membership.change);
+    detail::to_one_line(membership.change);
     if (!read.ok()) return std::unexpected(rendezvous_error(malformed(result_key, read.error())));
+    if (elastic) {
+        // Ranks are the leader's to assign: this agent is wherever its id is listed.
+        auto it = std::find(agent_ids.begin(), agent_ids.end(), me.agent_id);
+        if (it == agent_ids.end()) {
+            return std::unexpected(rendezvous_error(
+                fmt::format("rendezvous: round {} went ahead without this agent ({})", round,
+                            detail::describe_agent(me.host, me.pid))));
+        }
+        membership.node_rank = static_cast<int>(it - agent_ids.begin());
+        return membership;
+    }
     const auto mine = static_cast<std::size_t>(me.node_rank);
     if (agent_ids[mine] != me.agent_id) {
         return std::unexpected(rendezvous_error(

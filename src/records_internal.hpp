@@ -25,8 +25,12 @@ std::string malformed(const std::string& key, const std::string& why);
 // Empty when every node agrees; else one line per differing field, joined:
 // "program and arguments differ: './a' on nodes 0-2, './b' on node 3".
 std::string fingerprint_mismatch(const std::vector<NodeInfo>& nodes);
+// The same, between the job's fingerprint (node 0's) and a newcomer's.
+std::string fingerprint_conflict(const Fingerprint& job, const Fingerprint& theirs);
 // Said by whichever node notices first, with only two nodes' values at hand.
-std::string nnodes_mismatch(int node_zero_nnodes, int their_nnodes, int their_rank);
+// The counts as --nnodes takes them ("4", "2:8").
+std::string nnodes_mismatch(const std::string& node_zero_nnodes, const std::string& their_nnodes,
+                            int their_rank);
 
 // A node rank's claim: the first one written wins the rank.
 std::string claim_json(const std::string& agent_id, const std::string& host, std::int64_t pid);
@@ -44,8 +48,11 @@ std::expected<JoinedRecord, std::string> parse_joined(std::string_view text);
 
 // The round's result: the membership node 0 publishes (`nodes` by node rank),
 // or an abort in its place; parse_round_result() (records.hpp) reads either.
+// `restarts`: the failure restarts before this round (TORCHELASTIC_RESTART_COUNT);
+// `change`: how an elastic job's membership changed, for every node's log.
 std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
-                            const Fingerprint& fingerprint);
+                            const Fingerprint& fingerprint, int restarts,
+                            const std::string& change = {});
 // An abort is written as the round's result and as its stop alike.
 std::string abort_json(const std::string& message, int exit_code, const std::string& run_id);
 bool is_membership(std::string_view text);
@@ -53,6 +60,8 @@ bool is_membership(std::string_view text);
 // The round's stop: the first one written is how the round ends everywhere.
 std::string failure_stop_json(const FailureRecord& record, const std::string& run_id);
 std::string done_stop_json(const std::string& run_id);
+// An elastic job's round ends because its membership changes.
+std::string reform_stop_json(const std::string& message, const std::string& run_id);
 // Never Timeout or StoreLost: text that is not a stop is an Abort naming `key`.
 // A node's failed workers at the end of a round, for the one summary a shared
 // console shows (srun, mpirun): at most k_max_node_outcomes, without their
@@ -62,6 +71,36 @@ std::string outcomes_json(const std::vector<FailureRecord>& records, const std::
 std::expected<std::vector<FailureRecord>, std::string> parse_outcomes(std::string_view text,
                                                                       const std::string& key,
                                                                       const std::string& run_id);
+
+// An elastic job's queue of events for its leader (elastic.hpp): an agent asks
+// to join (and waits for answer number `answer`), or leaves; the leader's own
+// agent closes the job. Malformed events are reported and skipped.
+struct ElasticEvent {
+    enum class Kind { Join, Leave, Close };
+    Kind kind = Kind::Join;
+    int agent = -1;
+    int answer = 0;
+    NodeInfo node;        // Join
+    std::string message;  // Leave: why; Close: what waiting agents are told
+    int exit_code = 0;    // Close
+};
+std::string join_event_json(int agent, int answer, const NodeInfo& node);
+std::string leave_event_json(int agent, const std::string& why);
+std::string close_event_json(int agent, int exit_code, const std::string& message);
+std::expected<ElasticEvent, std::string> parse_event(std::string_view text);
+
+// The leader's answer to one join: the round it is placed in, or that it
+// waits as a spare, or that it has nothing to join (Finished, exit 0) or
+// must leave (Refused: `message`, `exit_code`).
+struct ElasticAnswer {
+    enum class Kind { Round, Spare, Finished, Refused };
+    Kind kind = Kind::Round;
+    int round = 0;
+    std::string message;
+    int exit_code = 0;
+};
+std::string answer_json(const ElasticAnswer& answer);
+std::expected<ElasticAnswer, std::string> parse_answer(std::string_view text);
 
 // The round's stop and result records name their run ("run_id"): one that
 // names another run, or none, is malformed (the error says whose it is), so

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ddprun/config.hpp"
 #include "ddprun/text.hpp"
 #include "records_internal.hpp"
 
@@ -105,8 +106,12 @@ void Rendezvous::report_waiting() {
                           waiting.substr(0, newline), nnodes, progress));
 }
 
+std::string round_key(const std::string& run_id, int round, std::string_view name) {
+    return fmt::format("ddprun/{}/r{}/{}", run_id, round, name);
+}
+
 std::string Rendezvous::key(int round, std::string_view name) const {
-    return fmt::format("ddprun/{}/r{}/{}", m_run_id, round, name);
+    return round_key(m_run_id, round, name);
 }
 
 std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, bool is_store_host,
@@ -204,8 +209,8 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
     auto complete = detail::parse_joined(m_store.get(complete_key));
     if (!complete) return rendezvous_error(detail::malformed(complete_key, complete.error()));
     if (complete->nnodes != nnodes) {
-        return rendezvous_error(
-            detail::nnodes_mismatch(nnodes, complete->nnodes, complete->node_rank));
+        return rendezvous_error(detail::nnodes_mismatch(
+            std::to_string(nnodes), std::to_string(complete->nnodes), complete->node_rank));
     }
 
     std::vector<std::string> info_keys;
@@ -229,7 +234,7 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
         return rendezvous_error("rendezvous: the nodes must run the same job, but " + mismatch);
 
     m_store.compare_set(key(round, "result"), "",
-                        detail::membership_json(round, nodes, me.fingerprint));
+                        detail::membership_json(round, nodes, me.fingerprint, round));
     return std::nullopt;
 }
 
@@ -244,10 +249,12 @@ void Rendezvous::check_node_zero(int round, const NodeInfo& me) {
     if (!zero) {
         abort_join(round, detail::malformed(zero_key, zero.error()), exit_code::kRendezvous,
                    me.fingerprint.nnodes);
-    } else if (zero->fingerprint.nnodes != me.fingerprint.nnodes) {
+    } else if (zero->fingerprint.nnodes != me.fingerprint.nnodes ||
+               zero->fingerprint.min() != me.fingerprint.min()) {
+        auto text = [](const Fingerprint& f) { return nnodes_text(f.min(), f.nnodes); };
         abort_join(
             round,
-            detail::nnodes_mismatch(zero->fingerprint.nnodes, me.fingerprint.nnodes, me.node_rank),
+            detail::nnodes_mismatch(text(zero->fingerprint), text(me.fingerprint), me.node_rank),
             exit_code::kRendezvous, zero->fingerprint.nnodes);
     }
 }

@@ -146,7 +146,10 @@ class Detector {
         if (m_standalone) return 1;
         if (auto it = m_given.find("nnodes"); it != m_given.end()) {
             std::string_view text = it->second;
-            return to_integer(text.substr(0, text.find(':'))).value_or(1);  // "N" or "N:N"
+            // "N", or "MIN:MAX": an elastic job is a multi-node one as soon as MAX > 1.
+            auto colon = text.find(':');
+            return to_integer(colon == std::string_view::npos ? text : text.substr(colon + 1))
+                .value_or(1);
         }
         if (m_out.nnodes) return to_integer(m_out.nnodes->value).value_or(1);
         return 1;

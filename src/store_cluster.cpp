@@ -15,6 +15,7 @@
 #include "ddprun/coordinator.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/ports.hpp"
+#include "ddprun/signals.hpp"
 #include "ddprun/worker_group.hpp"
 
 namespace asio = boost::asio;
@@ -125,11 +126,25 @@ class StoreCluster final : public Cluster {
 
     void end_round(bool killed) override;
 
+    bool leave(int signal) override {
+        if (!m_ctx.config.elastic() || !m_coordinator || m_coordinator->options().store.is_server)
+            return false;
+        m_coordinator->leave(signal_name(signal));
+        return true;
+    }
+
+    void end_job(int exit_code) override {
+        if (m_coordinator)
+            m_coordinator->close_job(exit_code,
+                                     fmt::format("the job ended (exit code {})", exit_code));
+    }
+
   private:
     std::expected<Coordinator::Options, Error> options() const;
     void joined(std::expected<RoundMembership, Error> result);
     void stop(StopEvent event);
     void watch_store();
+    void start_heartbeats();
 
     asio::io_context& m_io;
     const LaunchContext& m_ctx;
@@ -142,6 +157,7 @@ class StoreCluster final : public Cluster {
     int m_round = 0;
     int m_node_rank = -1;  // -1: assigned at the first join
     bool m_joining = false;
+    bool m_heartbeats_started = false;
     bool m_join_failed = false;
     Joined m_join_done;
     RoundHandlers m_handlers;
@@ -171,6 +187,14 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     me.nproc = m_ctx.nproc;
     me.pid = ::getpid();
     me.fingerprint.nnodes = config.nnodes;
+    me.fingerprint.min_nnodes = config.min_nnodes;
+    if (config.elastic()) {
+        me.node_rank = -1;
+        me.fingerprint.last_call_ms = settings.last_call_timeout.count();
+        options.elastic = true;
+        options.limits = {config.min_nnodes, config.nnodes, settings.last_call_timeout,
+                          settings.join_timeout};
+    }
     std::string program;
     for (const auto& word : worker_command(config, m_ctx.env)) program += word + " ";
     me.fingerprint.program = program;
@@ -222,6 +246,9 @@ void StoreCluster::open(Opened done) {
         } else if (auto mismatch = (*opened)->check_run_id()) {
             status = std::unexpected(*mismatch);
             opened->reset();
+        } else if (auto failed = (*opened)->arrive()) {
+            status = std::unexpected(*failed);
+            opened->reset();
         }
         std::lock_guard lock(attempt->mutex);
         if (attempt->abandoned) {
@@ -232,10 +259,14 @@ void StoreCluster::open(Opened done) {
         asio::post(m_io, [this, coordinator, status, done] {
             if (m_opener.joinable()) m_opener.join();
             m_coordinator.reset(coordinator);
-            if (m_coordinator)
+            if (m_coordinator) {
                 spdlog::debug("rendezvous store {}:{} ({})", m_coordinator->options().store.host,
                               m_coordinator->options().store.port,
                               m_coordinator->options().store.is_server ? "hosted here" : "client");
+                // An elastic agent beats from its arrival: the leader must know a spare or a
+                // newcomer is alive, and they that the leader is.
+                if (m_ctx.config.elastic()) start_heartbeats();
+            }
             done(status);
         });
     });
@@ -250,6 +281,12 @@ void StoreCluster::join(int round, int master_port, RoundHandlers handlers, Join
     m_join_done = std::move(done);
     m_coordinator->join(round, m_node_rank, master_port,
                         [this](auto result) { joined(std::move(result)); });
+    // An elastic join waits on the leader, for as long as the job runs if this agent is a
+    // spare; the leader bounds it (join_timeout) and the heartbeats watch the leader.
+    if (m_ctx.config.elastic()) {
+        if (m_heartbeats_started) watch_store();
+        return;
+    }
     m_join_guard.expires_after(m_coordinator->options().join_timeout + k_join_guard_slack);
     m_join_guard.async_wait([this](boost::system::error_code ec) {
         if (ec || !m_joining) return;
@@ -273,13 +310,45 @@ void StoreCluster::joined(std::expected<RoundMembership, Error> result) {
     }
     const RoundMembership& membership = *result;
     m_node_rank = membership.node_rank;
+    m_round = membership.round;
     RoundInfo info;
     info.node_rank = membership.node_rank;
     info.nproc_per_node = membership.nproc_per_node;
     info.master_addr = membership.master_addr;
     info.master_port = membership.master_port;
-    info.restart_count = m_round;
+    info.restart_count = membership.restart_count;
+    info.round = membership.round;
+    info.change = membership.change;
 
+    start_heartbeats();
+    m_coordinator->watch(m_round, [this](StopEvent event) { stop(std::move(event)); });
+    watch_store();
+
+    const bool elastic = m_ctx.config.elastic();
+    if (m_round == 0 || elastic) {
+        const int nnodes = static_cast<int>(info.nproc_per_node.size());
+        const int first = rank_offset(info.nproc_per_node, m_node_rank);
+        const int last = first + info.nproc_per_node.at(static_cast<std::size_t>(m_node_rank)) - 1;
+        // An elastic job says on every node, in one line, how the membership changed.
+        spdlog::info(
+            "{}node {} of {}: {} of world_size {}; MASTER_ADDR={} MASTER_PORT={}",
+            !elastic ? std::string()
+            : info.change.empty()
+                ? fmt::format("round {}: ", m_round)
+                : fmt::format("round {}: {}; now {} nodes, world size {}; ", m_round, info.change,
+                              nnodes, rank_offset(info.nproc_per_node, nnodes)),
+            m_node_rank, nnodes,
+            first == last ? fmt::format("rank {}", first) : fmt::format("ranks {}-{}", first, last),
+            rank_offset(info.nproc_per_node, nnodes), info.master_addr, info.master_port);
+    }
+    done(info);
+}
+
+void StoreCluster::start_heartbeats() {
+    if (m_heartbeats_started) return;
+    m_heartbeats_started = true;
+    // Set once, before the heartbeat thread reads them; they reach the handlers of
+    // whichever round runs.
     m_coordinator->on_kill([this] {
         if (m_handlers.on_kill) m_handlers.on_kill();
     });
@@ -287,25 +356,21 @@ void StoreCluster::joined(std::expected<RoundMembership, Error> result) {
         m_coordinator->on_broadcast_signal([this](int signal) {
             if (m_handlers.on_signal) m_handlers.on_signal(signal);
         });
+    m_coordinator->on_spare([](const std::string& line) { spdlog::info("{}", line); });
     m_coordinator->start_heartbeats(m_node_rank,
                                     [this](std::string message) { stop(store_lost(message)); });
-    m_coordinator->watch(m_round, [this](StopEvent event) { stop(std::move(event)); });
-    watch_store();
-
-    if (m_round == 0) {
-        const auto& config = m_ctx.config;
-        const int first = rank_offset(info.nproc_per_node, m_node_rank);
-        const int last = first + info.nproc_per_node.at(static_cast<std::size_t>(m_node_rank)) - 1;
-        spdlog::info(
-            "node {} of {}: {} of world_size {}; MASTER_ADDR={} MASTER_PORT={}", m_node_rank,
-            config.nnodes,
-            first == last ? fmt::format("rank {}", first) : fmt::format("ranks {}-{}", first, last),
-            rank_offset(info.nproc_per_node, config.nnodes), info.master_addr, info.master_port);
-    }
-    done(info);
+    if (m_ctx.config.elastic()) watch_store();
 }
 
 void StoreCluster::stop(StopEvent event) {
+    if (m_joining) {
+        // An elastic agent waiting to join lost the leader: the join fails with why.
+        if (event.kind == StopEvent::Kind::StoreLost) {
+            m_coordinator->abandon();
+            joined(std::unexpected(rendezvous_error(event.message)));
+        }
+        return;
+    }
     if (m_stop) return;  // the first stop of a round wins
     m_barrier_timer.cancel();
     m_stall_timer.cancel();
@@ -350,8 +415,10 @@ void StoreCluster::end_round(bool killed) {
         m_coordinator->end_round(m_round, m_node_rank, 0ms);
         return;
     }
-    // The store is gone: nobody to tell, nothing to wait for.
-    if (m_stop && m_stop->kind == StopEvent::Kind::StoreLost) {
+    // The store is gone: nobody to tell, nothing to wait for. And after a membership
+    // change the store stays: the next round follows at once.
+    if (m_stop &&
+        (m_stop->kind == StopEvent::Kind::StoreLost || m_stop->kind == StopEvent::Kind::Reform)) {
         m_coordinator->end_round(m_round, m_node_rank, 0ms, {}, false);
         return;
     }

@@ -56,6 +56,7 @@ struct WorkerGroup::Impl {
     std::unique_ptr<LogMux> mux;
     int running = 0;
     bool killing = false;
+    int round = 0;  // DDPRUN_ROUND of the workers, for the log prefix
 
     Impl(asio::io_context& io_, const LaunchContext& ctx_, std::function<void()> given_up,
          Options options_)
@@ -86,6 +87,7 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
     impl.timer.cancel();
     impl.killing = false;
     impl.running = 0;
+    impl.round = info.round;
     impl.workers.clear();
     const std::string root = ctx.log_dir.empty() ? ctx.scratch_dir : ctx.log_dir;
     const std::string error_dir = attempt_dir(root, ctx.config.rdzv_id, round);
@@ -152,7 +154,7 @@ Status WorkerGroup::Impl::spawn_all() {
             out_sink.file_path = w.dir + "/stdout.log";
             err_sink.file_path = w.dir + "/stderr.log";
         }
-        StreamSource source{w.spec.rank, lr, w.spec.node_rank, config.role};
+        StreamSource source{w.spec.rank, lr, w.spec.node_rank, config.role, round};
         if (auto added = mux->add_worker(lr, source, out->first.release(), err->first.release(),
                                          out_sink, err_sink);
             !added)

@@ -68,6 +68,14 @@ class Cluster {
     // leaves at once. Blocking.
     virtual void end_round(bool killed) = 0;
 
+    // An elastic job (--nnodes=MIN:MAX) lets one node leave on a stop signal:
+    // the others re-form without it. False where this node cannot leave alone
+    // (a fixed-size job, or it hosts the store): the signal ends the job.
+    virtual bool leave(int /*signal*/) { return false; }
+    // The agent is about to exit with `exit_code`: agents still waiting to join
+    // (spares of an elastic job) are told. Blocking, bounded.
+    virtual void end_job(int /*exit_code*/) {}
+
     // Where every node's output shares one console (srun, mpirun), a failed
     // job prints one summary, on node 0, listing every node's workers: before
     // end_round each node hands over its failed workers; after it, node 0 gets

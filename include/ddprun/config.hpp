@@ -66,8 +66,12 @@ struct RendezvousSettings {
 };
 
 struct LaunchConfig {
-    // Job shape.
+    // Job shape. An elastic job (--nnodes=MIN:MAX, min_nnodes < nnodes) runs
+    // with any node count from min_nnodes to nnodes, re-formed as nodes come
+    // and go (elastic.hpp); nnodes is MAX.
     int nnodes = 1;
+    int min_nnodes = 1;
+    bool elastic() const { return min_nnodes < nnodes; }
     NprocSpec nproc_per_node;
     std::optional<int> node_rank;  // empty: assigned at rendezvous (single node: 0)
 
@@ -125,6 +129,12 @@ struct LaunchConfig {
     std::string scheduler;
     std::vector<std::pair<std::string, std::string>> value_sources;
 };
+
+// "4", or "2:8" for an elastic job, as --nnodes takes it.
+inline std::string nnodes_text(int min_nnodes, int max_nnodes) {
+    if (min_nnodes == max_nnodes) return std::to_string(max_nnodes);
+    return std::to_string(min_nnodes) + ":" + std::to_string(max_nnodes);
+}
 
 // The --nproc_per_node value resolved against this machine's devices and CPUs.
 struct NodeResources {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddprun/elastic.hpp"
 #include "ddprun/rendezvous.hpp"
 #include "ddprun/store.hpp"
 
@@ -38,6 +39,9 @@ class Coordinator {
         std::chrono::milliseconds join_timeout{600000};
         std::chrono::milliseconds heartbeat_timeout{15000};
         std::chrono::milliseconds barrier_timeout{300000};
+        // --nnodes=MIN:MAX: rounds are formed by the store's host (elastic.hpp).
+        bool elastic = false;
+        MembershipLimits limits;
     };
 
     using JoinDone = std::function<void(std::expected<RoundMembership, Error>)>;
@@ -53,7 +57,21 @@ class Coordinator {
     Coordinator& operator=(const Coordinator&) = delete;
 
     const Options& options() const { return m_options; }
-    int nnodes() const { return m_options.me.fingerprint.nnodes; }
+    // The nodes of the round joined last (an elastic job's vary).
+    int nnodes() const { return m_round_nnodes; }
+
+    // Elastic jobs: this agent arrives (the store's host starts the leader).
+    // Heartbeats may start right after. Blocking.
+    std::optional<Error> arrive();
+    // Elastic jobs: this node leaves the job (a stop signal); the others
+    // re-form without it. Blocking (bounded by the store timeout).
+    void leave(const std::string& why);
+    // Elastic jobs, on the store's host, as the job ends: agents still waiting
+    // to join are told (`exit_code` 0: the job finished). Blocking, bounded.
+    void close_job(int exit_code, const std::string& message);
+    // Elastic jobs: where the job is full, `on_spare` (on the loop) gets the
+    // line saying that this agent waits as a spare.
+    void on_spare(std::function<void(std::string)> on_spare) { m_on_spare = std::move(on_spare); }
 
     // Joins `round` off the loop; `done` runs on the loop. `master_port`
     // matters on node 0 only (the others learn it from node 0). `node_rank`:
@@ -141,6 +159,13 @@ class Coordinator {
     std::atomic<bool> m_closing{false};
     std::atomic<bool> m_watch_cancelled{false};  // the round ended: the watcher returns
     SignalHandler m_on_signal;
+    std::function<void(std::string)> m_on_spare;
+    std::atomic<int> m_round_nnodes{1};
+    std::atomic<bool> m_join_cancelled{false};
+    int m_agent = -1;                             // elastic: this agent's id, from arrive()
+    std::unique_ptr<ElasticMember> m_member;      // main thread (leave, close_job)
+    std::unique_ptr<ElasticMember> m_ops_member;  // the operations thread (join)
+    std::unique_ptr<ElasticLeader> m_leader;      // the store's host of an elastic job
     std::atomic<std::int64_t> m_beat_done_ms{0};
     std::atomic<bool> m_abandoned{false};  // steady clock; 0: heartbeats not started
     std::function<void()> m_on_kill;

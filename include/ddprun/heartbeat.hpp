@@ -25,6 +25,9 @@ class HeartbeatMonitor {
     // at `now` when its reading differs from the previous one.
     void observe(int node, std::optional<std::int64_t> seq, Clock::time_point now);
 
+    // Stops watching `node` (it left).
+    void forget(int node) { m_nodes.erase(node); }
+
     // The nodes whose heartbeat has not changed for `timeout`, ascending.
     std::vector<int> stale(Clock::time_point now) const;
 

@@ -21,7 +21,10 @@ struct RoundInfo {
     std::vector<int> nproc_per_node;  // indexed by node rank; its size is nnodes
     std::string master_addr;
     int master_port = 0;
-    int restart_count = 0;
+    int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: rounds started by a failure
+    int round = 0;          // DDPRUN_ROUND: every restart and membership change counts
+    // How the membership changed since the previous round (elastic), for the log.
+    std::string change;
 };
 
 struct WorkerSpec {

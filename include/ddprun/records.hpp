@@ -20,12 +20,16 @@ namespace ddprun {
 
 // What must be the same on every node, or no node starts workers.
 struct Fingerprint {
-    int nnodes = 1;
+    int nnodes = 1;       // MAX of an elastic job
     std::string program;  // program and its arguments, as one string
     int max_restarts = 0;
     std::string run_id;
-    std::string version;  // ddprun's
+    std::string version;            // ddprun's
+    int min_nnodes = 0;             // MIN of an elastic job; 0 (or nnodes): a fixed size
+    std::int64_t last_call_ms = 0;  // --rdzv_conf last_call_timeout of an elastic job
     bool operator==(const Fingerprint&) const = default;
+    int min() const { return min_nnodes > 0 ? min_nnodes : nnodes; }
+    bool elastic() const { return min() < nnodes; }
 };
 
 // One agent as the others see it.
@@ -43,6 +47,8 @@ struct NodeInfo {
 // What a successful join decided.
 struct RoundMembership {
     int round = 0;
+    int restart_count = 0;            // failure restarts before this round
+    std::string change;               // elastic: how the membership changed, for the log
     int node_rank = 0;                // this agent's
     std::vector<int> nproc_per_node;  // by node rank; ranks are their prefix sums
     std::vector<std::string> hosts;   // by node rank
@@ -82,6 +88,7 @@ struct StopEvent {
         Done,       // every node finished: exit 0
         Failure,    // `failure` is the round's root cause
         Abort,      // the round was given up: `message`
+        Reform,     // elastic: the membership changes (`message` says how); no restart used
         Timeout,    // nothing happened within the timeout; ask again
         StoreLost,  // the store is gone: `message`
     };

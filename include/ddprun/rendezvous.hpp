@@ -40,6 +40,9 @@
 
 namespace ddprun {
 
+// The key of `name` in round `round` of run `run_id` (see the top of this file).
+std::string round_key(const std::string& run_id, int round, std::string_view name);
+
 class Rendezvous {
   public:
     // `store` must outlive this object. `run_id` (--rdzv_id) namespaces the keys.

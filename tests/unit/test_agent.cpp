@@ -76,7 +76,7 @@ class FakeCluster final : public Cluster {
             info.nproc_per_node = {2};
             info.master_addr = "127.0.0.1";
             info.master_port = master_port;
-            info.restart_count = round;
+            info.restart_count = info.round = round;
             done(info);
             if (m_script.after_join) m_script.after_join(round, m_handlers, m_io);
         });

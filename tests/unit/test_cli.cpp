@@ -344,6 +344,38 @@ TEST(CliShape, NodesAndRanks) {
     EXPECT_EQ(parse_ok({"--master_port=65535", "./t"}).master_port, 65535);
 }
 
+TEST(CliShape, ElasticNodeCounts) {
+    struct Case {
+        std::vector<std::string> args;
+        Environment env;
+        int min, max;
+        bool elastic;
+    };
+    for (const auto& c : std::vector<Case>{
+             {{"--nnodes=1:4", "./t"}, {}, 1, 4, true},
+             {{"--nnodes=2:2", "./t"}, {}, 2, 2, false},
+             {{"--nnodes=3", "./t"}, {}, 3, 3, false},
+             {{"--nnodes=1:1", "./t"}, {}, 1, 1, false},
+             {{"./t"}, {{"PET_NNODES", "2:8"}}, 2, 8, true},
+             {{"./t"}, {{"DDPRUN_NNODES", "1:3"}, {"PET_NNODES", "2:8"}}, 1, 3, true},
+         }) {
+        LaunchConfig config = parse_ok(c.args, c.env);
+        EXPECT_EQ(config.min_nnodes, c.min) << c.args[0];
+        EXPECT_EQ(config.nnodes, c.max) << c.args[0];
+        EXPECT_EQ(config.elastic(), c.elastic) << c.args[0];
+    }
+    // As torchrun's c10d rendezvous: node ranks of an elastic job are assigned at join, so a
+    // given one is ignored (and --dry-run says so).
+    LaunchConfig ranked = parse_ok({"--nnodes=1:4", "--node_rank=2", "./t"});
+    EXPECT_FALSE(ranked.node_rank.has_value());
+    bool said = false;
+    for (const auto& [name, value] : ranked.value_sources)
+        if (name == "node_rank") said = value.find("ignored") != std::string::npos;
+    EXPECT_TRUE(said);
+    EXPECT_FALSE(
+        parse_ok({"./t"}, {{"PET_NNODES", "2:8"}, {"PET_NODE_RANK", "3"}}).node_rank.has_value());
+}
+
 TEST(CliShape, StandaloneMeansOneNodeWithItsOwnStore) {
     LaunchConfig c =
         parse_ok({"--standalone", "--master_addr=10.1.1.1", "--nproc_per_node=4", "./t"});
@@ -481,7 +513,7 @@ TEST(CliRejects, JobShape) {
         {{"--nnodes=2.5", "./t"}, {}, {"--nnodes=2.5", "not a number"}},
         {{"--nnodes=", "./t"}, {}, {"--nnodes", "missing value"}},
         {{"--nnodes=3:2", "./t"}, {}, {"--nnodes=3:2", "greater"}},
-        {{"--nnodes=1:4", "./t"}, {}, {"--nnodes=1:4", "elastic", "not supported", "--nnodes=N"}},
+        {{"--nnodes=1:99999999", "./t"}, {}, {"--nnodes=1:99999999", "MAX must be at most"}},
         {{"--nnodes=a:b", "./t"}, {}, {"--nnodes=a:b", "MIN:MAX"}},
         {{"--nnodes=0:0", "./t"}, {}, {"--nnodes=0:0", "at least 1"}},
         {{"--nnodes=99999999999", "./t"}, {}, {"--nnodes=99999999999", "at most"}},

@@ -1,0 +1,414 @@
+// Elastic jobs over a Store (see elastic.hpp): the agents' side and the
+// leader's thread. What the leader decides is MembershipPlanner's; this file
+// only moves events, answers and records between it and the store.
+#include "ddprun/elastic.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "ddprun/config.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/text.hpp"
+#include "records_internal.hpp"
+
+namespace ddprun {
+
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = MembershipPlanner::Clock;
+
+// Waits are cut in slices this long, so that a cancelled join or a closing
+// leader returns promptly; events themselves wake the waits at once.
+constexpr milliseconds k_slice{500};
+// How long the leader gives waiting agents to read the job's end before its
+// store goes away, and how long a hole in the event queue (an agent killed
+// between numbering its event and writing it) is waited for.
+constexpr milliseconds k_read_bound{2000};
+constexpr milliseconds k_gap_bound{2000};
+
+std::string answer_key(const std::string& run_id, int agent, int number) {
+    return elastic_key(run_id, fmt::format("answer/{}/{}", agent, number));
+}
+
+bool timed_out(const StoreError& error) {
+    return error.kind() == StoreError::Kind::Timeout;
+}
+
+}  // namespace
+
+std::string elastic_key(const std::string& run_id, std::string_view name) {
+    return fmt::format("ddprun/{}/e/{}", run_id, name);
+}
+
+// ---------------------------------------------------------------------------
+// ElasticMember
+
+ElasticMember::ElasticMember(Store& store, std::string run_id, int agent)
+    : m_store(store), m_run_id(std::move(run_id)), m_agent(agent) {}
+
+int ElasticMember::arrive(Store& store, const std::string& run_id) {
+    return static_cast<int>(store.add(elastic_key(run_id, "arrivals"), 1) - 1);
+}
+
+std::string ElasticMember::heartbeat_key(bool leader) const {
+    return elastic_key(m_run_id, leader ? std::string("hb/host") : fmt::format("hb/{}", m_agent));
+}
+
+void ElasticMember::post(const std::string& event) {
+    std::int64_t number = m_store.add(elastic_key(m_run_id, "events"), 1);
+    m_store.set(elastic_key(m_run_id, fmt::format("event/{}", number)), event);
+}
+
+void ElasticMember::leave(const std::string& why) {
+    post(detail::leave_event_json(m_agent, why));
+}
+
+void ElasticMember::close(int exit_code, const std::string& message) {
+    post(detail::close_event_json(m_agent, exit_code, message));
+}
+
+std::expected<RoundMembership, Error> ElasticMember::join(
+    const NodeInfo& me, const std::function<void(std::string)>& on_spare,
+    const std::function<bool()>& cancelled) {
+    bool zero_checked = false;
+    bool said_spare = false;
+    try {
+        post(detail::join_event_json(m_agent, m_next_answer, me));
+        for (;;) {
+            const std::string key = answer_key(m_run_id, m_agent, m_next_answer);
+            try {
+                m_store.wait({key}, k_slice);
+            } catch (const StoreError& error) {
+                if (!timed_out(error)) throw;
+                if (cancelled()) return std::unexpected(rendezvous_error("the join was cancelled"));
+                // The job ended before the leader read this agent's event.
+                if (const std::string closed_key = elastic_key(m_run_id, "closed");
+                    m_store.check({closed_key})) {
+                    auto end = detail::parse_answer(m_store.get(closed_key));
+                    if (!end)
+                        return std::unexpected(
+                            rendezvous_error(detail::malformed(closed_key, end.error())));
+                    return std::unexpected(Error{end->message, end->exit_code});
+                }
+                // A fixed-size job's node 0 never answers: its record says so.
+                const std::string zero_key = round_key(m_run_id, 0, "zero");
+                if (!zero_checked && m_store.check({zero_key})) {
+                    zero_checked = true;
+                    auto zero = parse_node_info(m_store.get(zero_key));
+                    const Fingerprint& mine = me.fingerprint;
+                    if (zero && (zero->fingerprint.nnodes != mine.nnodes ||
+                                 zero->fingerprint.min() != mine.min())) {
+                        return std::unexpected(rendezvous_error(detail::nnodes_mismatch(
+                            nnodes_text(zero->fingerprint.min(), zero->fingerprint.nnodes),
+                            nnodes_text(mine.min(), mine.nnodes), -1)));
+                    }
+                }
+                continue;
+            }
+            auto answer = detail::parse_answer(m_store.get(key));
+            ++m_next_answer;
+            if (!answer)
+                return std::unexpected(rendezvous_error(detail::malformed(key, answer.error())));
+            switch (answer->kind) {
+                case detail::ElasticAnswer::Kind::Round: {
+                    const std::string result_key = round_key(m_run_id, answer->round, "result");
+                    return parse_round_result(m_store.get(result_key), result_key, m_run_id,
+                                              answer->round, me);
+                }
+                case detail::ElasticAnswer::Kind::Spare:
+                    if (!said_spare && on_spare) {
+                        on_spare(fmt::format(
+                            "the job has its maximum of {} nodes (--nnodes={}); waiting as a spare "
+                            "until a node leaves",
+                            me.fingerprint.nnodes,
+                            nnodes_text(me.fingerprint.min(), me.fingerprint.nnodes)));
+                    }
+                    said_spare = true;
+                    continue;
+                case detail::ElasticAnswer::Kind::Finished:
+                case detail::ElasticAnswer::Kind::Refused:
+                    m_store.set(key + "/read", "1");
+                    return std::unexpected(Error{answer->message, answer->exit_code});
+            }
+        }
+    } catch (const StoreError& error) {
+        return std::unexpected(
+            rendezvous_error(fmt::format("rendezvous failed: {}", error.what())));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ElasticLeader
+
+struct ElasticLeader::Impl {
+    std::unique_ptr<Store> store;
+    Options options;
+    Rendezvous rounds;
+    MembershipPlanner planner;
+    HeartbeatMonitor monitor;
+    std::map<int, int> next_answer;  // by agent: the number its next answer gets
+    int next_event = 1;
+    std::optional<Clock::time_point> gap_since;
+    int restarts = 0;  // of the last round formed
+    bool closed = false;
+    std::atomic<bool> stopping{false};
+    std::atomic<bool> abandoned{false};
+    std::mutex mutex;
+    std::condition_variable done;
+    bool finished = false;  // run() returned
+
+    Impl(std::unique_ptr<Store> s, Options o)
+        : store(std::move(s)),
+          options(std::move(o)),
+          rounds(*store, options.run_id),
+          planner(options.limits, options.agent, options.me.fingerprint, Clock::now()),
+          monitor({}, options.heartbeat_timeout, Clock::now()) {}
+
+    void run();
+    void handle(const std::string& text, Clock::time_point now);
+    void skip_gap(Clock::time_point now);
+    void check_heartbeats(Clock::time_point now);
+    void check_finishing();
+    void carry_out(const MembershipAction& action);
+    void answer(int agent, detail::ElasticAnswer reply);
+    void close(int exit_code, const std::string& message);
+    std::string key(std::string_view name) const { return elastic_key(options.run_id, name); }
+};
+
+ElasticLeader::ElasticLeader(std::unique_ptr<Store> store, Options options)
+    : m_impl(std::make_unique<Impl>(std::move(store), std::move(options))) {}
+
+ElasticLeader::~ElasticLeader() {
+    m_impl->stopping = true;
+    if (!m_thread.joinable()) return;
+    if (m_impl->abandoned) {
+        // Blocked in a call to a store that stopped answering; the process exits right after.
+        m_thread.detach();
+        (void)m_impl.release();
+        return;
+    }
+    m_thread.join();
+}
+
+void ElasticLeader::start() {
+    m_thread = std::thread([impl = m_impl.get()] {
+        try {
+            impl->run();
+        } catch (const StoreError& error) {
+            spdlog::error("the elastic job's leader lost its store: {}", error.what());
+        }
+        std::lock_guard lock(impl->mutex);
+        impl->finished = true;
+        impl->done.notify_all();
+    });
+}
+
+void ElasticLeader::wait_closed(std::chrono::milliseconds bound) {
+    std::unique_lock lock(m_impl->mutex);
+    m_impl->done.wait_for(lock, bound, [this] { return m_impl->finished; });
+}
+
+void ElasticLeader::abandon() {
+    m_impl->abandoned = true;
+}
+
+void ElasticLeader::Impl::run() {
+    // Agents of a fixed-size job that reach this store read node 0's record there and
+    // learn that the node counts differ.
+    NodeInfo zero = options.me;
+    zero.node_rank = 0;
+    store->set(round_key(options.run_id, 0, "zero"), to_json(zero));
+    const auto interval = std::max<milliseconds>(options.heartbeat_timeout / 5, milliseconds(50));
+    auto next_check = Clock::now() + interval;
+    while (!stopping && !closed) {
+        auto now = Clock::now();
+        auto until = next_check;
+        if (auto deadline = planner.next_deadline()) until = std::min(until, *deadline);
+        auto slice = std::clamp(std::chrono::duration_cast<milliseconds>(until - now),
+                                milliseconds(1), k_slice);
+        const std::string event_key = key(fmt::format("event/{}", next_event));
+        std::optional<std::string> text;
+        try {
+            store->wait({event_key}, slice);
+            text = store->get(event_key);
+        } catch (const StoreError& error) {
+            if (!timed_out(error)) throw;
+        }
+        now = Clock::now();
+        if (text) {
+            ++next_event;
+            gap_since.reset();
+            handle(*text, now);
+        } else {
+            skip_gap(now);
+        }
+        if (now >= next_check) {
+            check_heartbeats(now);
+            check_finishing();
+            next_check = now + interval;
+        }
+        planner.tick(now);
+        for (const auto& action : planner.take_actions()) carry_out(action);
+    }
+}
+
+void ElasticLeader::Impl::skip_gap(Clock::time_point now) {
+    if (store->add(key("events"), 0) < next_event) {
+        gap_since.reset();
+        return;
+    }
+    if (!gap_since) gap_since = now;
+    if (now - *gap_since < k_gap_bound) return;
+    spdlog::warn("elastic leader: event {} was numbered but never written; skipping it",
+                 next_event);
+    ++next_event;
+    gap_since.reset();
+}
+
+void ElasticLeader::Impl::handle(const std::string& text, Clock::time_point now) {
+    auto event = detail::parse_event(text);
+    if (!event) {
+        spdlog::warn(
+            "{}", detail::malformed(key(fmt::format("event/{}", next_event - 1)), event.error()));
+        return;
+    }
+    switch (event->kind) {
+        case detail::ElasticEvent::Kind::Join:
+            next_answer[event->agent] = event->answer;
+            if (!planner.info(event->agent) && event->agent != options.agent) {
+                check_finishing();  // a newcomer must not stop a round that is finishing
+                monitor.observe(event->agent, std::nullopt, now);
+            }
+            planner.join(event->agent, event->node, now);
+            break;
+        case detail::ElasticEvent::Kind::Leave:
+            monitor.forget(event->agent);
+            planner.leave(event->agent, fmt::format("left ({})", event->message), now);
+            break;
+        case detail::ElasticEvent::Kind::Close:
+            if (event->agent == options.agent) close(event->exit_code, event->message);
+            break;
+    }
+}
+
+void ElasticLeader::Impl::check_heartbeats(Clock::time_point now) {
+    for (int agent : planner.live()) {
+        if (agent == options.agent) continue;
+        const std::string hb_key = key(fmt::format("hb/{}", agent));
+        std::optional<std::int64_t> seq;
+        if (store->check({hb_key})) seq = to_integer(store->get(hb_key));
+        monitor.observe(agent, seq, now);
+    }
+    for (int agent : monitor.stale(now)) {
+        monitor.forget(agent);
+        planner.lost(agent,
+                     fmt::format("stopped answering (no heartbeat for {} ms: killed, frozen or "
+                                 "cut off)",
+                                 options.heartbeat_timeout.count()),
+                     now);
+    }
+}
+
+void ElasticLeader::Impl::check_finishing() {
+    if (planner.running() && store->add(rounds.key(planner.round(), "finished"), 0) > 0)
+        planner.finishing();
+}
+
+void ElasticLeader::Impl::answer(int agent, detail::ElasticAnswer reply) {
+    store->set(answer_key(options.run_id, agent, next_answer[agent]++), detail::answer_json(reply));
+}
+
+void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
+    using Kind = MembershipAction::Kind;
+    using Answer = detail::ElasticAnswer;
+    switch (action.kind) {
+        case Kind::Form: {
+            if (action.round > 0) {
+                // A worker's failure used a restart; a membership change did not.
+                const std::string stop_key = rounds.key(action.round - 1, "stop");
+                if (store->check({stop_key})) {
+                    StopEvent stop =
+                        detail::parse_stop(store->get(stop_key), stop_key, options.run_id);
+                    if (stop.kind == StopEvent::Kind::Failure &&
+                        stop.failure.kind == FailureKind::Worker)
+                        ++restarts;
+                }
+            }
+            std::vector<NodeInfo> nodes;
+            for (int agent : action.members) {
+                nodes.push_back(*planner.info(agent));
+                nodes.back().node_rank = static_cast<int>(nodes.size()) - 1;
+            }
+            store->compare_set(rounds.key(action.round, "result"), "",
+                               detail::membership_json(action.round, nodes, options.me.fingerprint,
+                                                       restarts, action.message));
+            for (int agent : action.members)
+                answer(agent, Answer{Answer::Kind::Round, action.round, {}, 0});
+            for (int agent : action.spares)
+                answer(agent, Answer{Answer::Kind::Spare, action.round, {}, 0});
+            return;
+        }
+        case Kind::Stop: {
+            if (!action.failure) {
+                store->compare_set(rounds.key(action.round, "stop"), "",
+                                   detail::reform_stop_json(action.message, options.run_id));
+                return;
+            }
+            FailureRecord record;
+            record.kind = action.failure_kind;
+            record.node_rank = action.agent;
+            record.exit_code = exit_code::kRendezvous;
+            record.message = fmt::format("node {}: {}, while the job was finishing", action.agent,
+                                         action.message);
+            rounds.publish_failure(action.round, record);
+            return;
+        }
+        case Kind::Answer: {
+            Answer reply;
+            reply.kind = action.reply == MembershipAction::Reply::Spare ? Answer::Kind::Spare
+                         : action.reply == MembershipAction::Reply::Finished
+                             ? Answer::Kind::Finished
+                             : Answer::Kind::Refused;
+            reply.round = std::max(planner.round(), 0);
+            reply.message = action.message;
+            reply.exit_code = action.exit_code;
+            answer(action.agent, reply);
+            return;
+        }
+        case Kind::GiveUp:
+            for (int agent : planner.waiting())
+                answer(agent, Answer{Answer::Kind::Refused, 0, action.message, action.exit_code});
+            return;
+    }
+}
+
+void ElasticLeader::Impl::close(int exit_code, const std::string& message) {
+    closed = true;
+    using Answer = detail::ElasticAnswer;
+    const Answer end = exit_code == 0 ? Answer{Answer::Kind::Finished, 0,
+                                               "the job has finished; nothing to join", 0}
+                                      : Answer{Answer::Kind::Refused, 0, message, exit_code};
+    // Whoever comes later reads this instead of waiting for an answer.
+    store->set(key("closed"), detail::answer_json(end));
+    std::vector<std::string> reads;
+    for (int agent : planner.waiting()) {
+        if (agent != options.agent)
+            reads.push_back(answer_key(options.run_id, agent, next_answer[agent]) + "/read");
+        answer(agent, end);
+    }
+    if (reads.empty()) return;
+    try {
+        store->wait(reads, k_read_bound);
+    } catch (const StoreError& error) {
+        if (!timed_out(error)) throw;
+    }
+}
+
+}  // namespace ddprun
