@@ -383,7 +383,7 @@ void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
             return;
         }
         case Kind::GiveUp:
-            for (int agent : planner.waiting())
+            for (int agent : action.members)
                 answer(agent, Answer{Answer::Kind::Refused, 0, action.message, action.exit_code});
             return;
     }

@@ -34,24 +34,34 @@ std::string make_temp_dir(const Environment& env, const char* stem) {
     return buf.data();
 }
 
-// --dry-run: every node's workers, assuming the others look like this one.
+// --dry-run: every node's workers, assuming the others look like this one; an
+// elastic job's at MIN and at MAX nodes.
 std::string dry_run_plan(const LaunchContext& ctx) {
     const LaunchConfig& config = ctx.config;
-    std::vector<WorkerSpec> all;
-    RoundInfo round;
-    round.nproc_per_node.assign(static_cast<std::size_t>(config.nnodes), ctx.nproc);
-    round.master_addr = config.master_addr;
-    round.master_port = config.master_port.value_or(0);
-    for (int node = 0; node < config.nnodes; ++node) {
-        round.node_rank = node;
-        auto specs = plan_node(config, ctx.resources, round, ctx.env, "", ctx.bindings);
-        all.insert(all.end(), specs.begin(), specs.end());
-    }
-    std::string master =
-        config.master_addr + ":" +
-        (round.master_port ? std::to_string(round.master_port) : std::string("<free port>"));
-    return fmt::format("ddprun: {}\n{}", describe_value_sources(config),
-                       format_plan(config, all, master));
+    const int port = config.master_port.value_or(0);
+    const std::string master = config.master_addr + ":" +
+                               (port ? std::to_string(port) : std::string("<free port>"));
+    auto plan_at = [&](int nnodes) {
+        std::vector<WorkerSpec> all;
+        RoundInfo round;
+        round.nproc_per_node.assign(static_cast<std::size_t>(nnodes), ctx.nproc);
+        round.master_addr = config.master_addr;
+        round.master_port = port;
+        for (int node = 0; node < nnodes; ++node) {
+            round.node_rank = node;
+            auto specs = plan_node(config, ctx.resources, round, ctx.env, "", ctx.bindings);
+            all.insert(all.end(), specs.begin(), specs.end());
+        }
+        return format_plan(config, all, master);
+    };
+    std::string plan = fmt::format("ddprun: {}\n", describe_value_sources(config));
+    if (!config.elastic()) return plan + plan_at(config.nnodes);
+    return plan +
+           fmt::format(
+               "elastic job (--nnodes={}): node ranks are assigned at every round; the plan at "
+               "MIN and at MAX nodes follows\n\nat MIN: ",
+               nnodes_text(config.min_nnodes, config.nnodes)) +
+           plan_at(config.min_nnodes) + "\nat MAX: " + plan_at(config.nnodes);
 }
 
 Status prepare_log_dir(LaunchContext& ctx) {

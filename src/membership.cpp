@@ -141,8 +141,9 @@ void MembershipPlanner::depart(int agent, const std::string& why, bool lost,
     if (agent == m_leader || it == m_agents.end() || it->second.state == State::Gone) return;
     const bool member = it->second.state == State::Member;
     it->second.state = State::Gone;
+    m_spares.erase(agent);
     std::string change = describe(agent) + " " + why;
-    if (lost) m_lost.push_back(describe(agent));
+    m_departed.push_back(change);
     if (member && m_running) {
         if (!m_stop_sent || m_finishing) {
             m_stop_sent = true;
@@ -235,17 +236,19 @@ void MembershipPlanner::try_form(Clock::time_point now) {
             seconds_text(m_limits.join_timeout), waiting_count, m_limits.min_nnodes, nnodes);
     } else if (live_count < m_limits.min_nnodes) {
         give_up.message = fmt::format(
-            "rendezvous: {} node(s) left of at least {} (--nnodes={}) after losing {}, and no "
-            "node joined within {} (join_timeout)",
-            live_count, m_limits.min_nnodes, nnodes,
-            m_lost.empty() ? std::string("nodes that left") : join_changes(m_lost),
-            seconds_text(m_limits.join_timeout));
+            "rendezvous: {} node(s) left of at least {} (--nnodes={}), and no node joined within "
+            "{} (join_timeout); lost: {}",
+            live_count, m_limits.min_nnodes, nnodes, seconds_text(m_limits.join_timeout),
+            join_changes(m_departed));
     } else {
         give_up.message = fmt::format(
             "rendezvous: the next round did not form within {} (join_timeout): {} of {} nodes "
             "came back",
             seconds_text(m_limits.join_timeout), waiting_count, live_count);
     }
+    // Every waiting agent is told, and is gone for the planner.
+    give_up.members = waiting_ids;
+    for (int id : waiting_ids) m_agents[id].state = State::Gone;
     m_actions.push_back(std::move(give_up));
 }
 

@@ -404,6 +404,11 @@ void StoreCluster::end_round(bool killed) {
         m_coordinator->abandon();
         return;
     }
+    if (m_join_failed && m_ctx.config.elastic()) {
+        // The leader told whoever waited; its own close tells whoever comes later.
+        m_coordinator->end_round(m_round, m_node_rank, 0ms, {}, false);
+        return;
+    }
     if (m_join_failed) {
         // The others must read why before the store's host goes away.
         m_coordinator->end_round(m_round, m_node_rank, k_join_linger_bound, {},

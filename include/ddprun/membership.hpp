@@ -44,7 +44,7 @@ struct MembershipAction {
         Form,    // publish round `round` with `members` (by node rank); `spares` wait
         Stop,    // stop the running round `round`: `message`; `failure` when finishing
         Answer,  // tell agent `agent` it waits as a spare (Spare), or why it leaves
-        GiveUp,  // no round can form: every waiting agent leaves with `message`, 75
+        GiveUp,  // no round can form: `members` (every waiting agent) leave with `message`
     };
     enum class Reply { Spare, Finished, Refused };
     Kind kind = Kind::Form;
@@ -118,7 +118,7 @@ class MembershipPlanner {
     bool m_given_up = false;
     std::vector<std::string> m_changes;              // since the last round formed
     std::set<int> m_spares;                          // told they wait as spares
-    std::vector<std::string> m_lost;                 // every node lost, for the give-up message
+    std::vector<std::string> m_departed;  // every node that left or was lost, and how
     Clock::time_point m_forming_since;               // the wait for the next round began
     std::optional<Clock::time_point> m_min_reached;  // first round: MIN agents wait
     std::vector<MembershipAction> m_actions;
