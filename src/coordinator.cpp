@@ -20,6 +20,11 @@ namespace {
 // Blocking waits are cut in slices this long so that closing is prompt.
 constexpr std::chrono::milliseconds k_wait_slice{500};
 
+// Why an elastic job, which survives any other node, ends with node 0.
+constexpr const char* k_store_host_is_vital =
+    "; an elastic job survives the loss of any node but node 0, whose agent hosts the "
+    "rendezvous store with --rdzv_backend=c10d";
+
 }  // namespace
 
 std::expected<std::unique_ptr<Coordinator>, Error> Coordinator::open(asio::io_context& io,
@@ -417,10 +422,8 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 reported = true;
                 if (elastic) {
                     std::string msg = fmt::format(
-                        "the store's host (node 0) stopped answering (no heartbeat for {} ms); "
-                        "an elastic job survives any node but this one: with "
-                        "--rdzv_backend=c10d the rendezvous store lives in node 0's agent",
-                        timeout.count());
+                        "the store's host (node 0) stopped answering (no heartbeat for {} ms){}",
+                        timeout.count(), k_store_host_is_vital);
                     asio::post(m_io, [on_lost, msg] { on_lost(msg); });
                 } else if (host) {
                     FailureRecord record;
@@ -442,6 +445,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             }
         } catch (const StoreError& e) {
             std::string msg = std::string("lost the rendezvous store: ") + e.what();
+            if (elastic) msg += k_store_host_is_vital;
             asio::post(m_io, [on_lost, msg] { on_lost(msg); });
             return;
         }

@@ -39,8 +39,8 @@ std::string make_temp_dir(const Environment& env, const char* stem) {
 std::string dry_run_plan(const LaunchContext& ctx) {
     const LaunchConfig& config = ctx.config;
     const int port = config.master_port.value_or(0);
-    const std::string master = config.master_addr + ":" +
-                               (port ? std::to_string(port) : std::string("<free port>"));
+    const std::string master =
+        config.master_addr + ":" + (port ? std::to_string(port) : std::string("<free port>"));
     auto plan_at = [&](int nnodes) {
         std::vector<WorkerSpec> all;
         RoundInfo round;

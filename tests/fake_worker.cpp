@@ -42,7 +42,8 @@
 //   if-rank <r> <action...>        run the next action only when RANK == r
 //   if-local-rank <r> <action...>  ... only when LOCAL_RANK == r
 //   if-restart <n> <action...>     ... only when TORCHELASTIC_RESTART_COUNT == n
-// In paths and texts "{rank}", "{local_rank}" and "{restart}" are replaced.
+// In paths and texts "{rank}", "{local_rank}", "{restart}", "{round}" (DDPRUN_ROUND) and
+// "{world}" (WORLD_SIZE) are replaced.
 //
 // Every fake_worker, and every grandchild it spawns, appends "<pid> <what>" to
 // $FAKE_WORKER_PIDFILE (when set) in a single write, so a test can check that
@@ -126,6 +127,8 @@ std::string substitute(std::string text) {
         {"{rank}", env_or("RANK", "")},
         {"{local_rank}", env_or("LOCAL_RANK", "")},
         {"{restart}", env_or("TORCHELASTIC_RESTART_COUNT", "")},
+        {"{round}", env_or("DDPRUN_ROUND", "")},
+        {"{world}", env_or("WORLD_SIZE", "")},
     };
     for (const auto& [key, value] : keys) {
         for (std::size_t at = text.find(key); at != std::string::npos;
@@ -294,6 +297,7 @@ void print_env() {
         "MASTER_PORT",
         "CUDA_VISIBLE_DEVICES",
         "TORCHELASTIC_RESTART_COUNT",
+        "DDPRUN_ROUND",
         "TORCHELASTIC_MAX_RESTARTS",
         "TORCHELASTIC_RUN_ID",
         "TORCHELASTIC_ERROR_FILE",

@@ -118,7 +118,7 @@ class MembershipPlanner {
     bool m_given_up = false;
     std::vector<std::string> m_changes;              // since the last round formed
     std::set<int> m_spares;                          // told they wait as spares
-    std::vector<std::string> m_departed;  // every node that left or was lost, and how
+    std::vector<std::string> m_departed;             // every node that left or was lost, and how
     Clock::time_point m_forming_since;               // the wait for the next round began
     std::optional<Clock::time_point> m_min_reached;  // first round: MIN agents wait
     std::vector<MembershipAction> m_actions;

@@ -103,8 +103,7 @@ TEST_F(Planner, FirstRoundBelowMinGivesUpAtTheJoinTimeout) {
     EXPECT_EQ(actions[0].kind, Kind::GiveUp);
     EXPECT_EQ(actions[0].members, (std::vector<int>{0}));
     EXPECT_EQ(actions[0].exit_code, 75);
-    EXPECT_TRUE(mentions(actions[0].message, "1 of at least 2 nodes joined"))
-        << actions[0].message;
+    EXPECT_TRUE(mentions(actions[0].message, "1 of at least 2 nodes joined")) << actions[0].message;
     EXPECT_TRUE(mentions(actions[0].message, "--nnodes=2:3")) << actions[0].message;
 }
 

@@ -1,0 +1,389 @@
+// Black-box tests of elastic jobs (--nnodes=MIN:MAX): 3-4 agents on
+// 127.0.0.x join, leave, die, freeze and wait as spares while the job runs.
+// Each worker records the round it runs in, its rank and the world size as a
+// file ("r<round>.<rank>.of<world>.restart<n>"), so a test checks that every
+// node of every round agrees, without parsing anyone's output; and every agent's
+// exit code and its one line about each change are checked.
+
+#include <signal.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+#include "multi_node.hpp"
+
+namespace ddprun_it {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One worker start, as its file records it.
+struct Start {
+    int rank = -1;
+    int world = 0;
+    int restart = 0;
+};
+
+class ElasticTest : public MultiNodeTest {
+  protected:
+    // --nnodes=MIN:MAX, one worker per node, quick failure detection and a short last
+    // call; the agent at 127.0.0.1 hosts the store.
+    Job elastic_job(int min, int max) const {
+        Job job;
+        job.min_nnodes = min;
+        job.nnodes = max;
+        job.nproc = 1;
+        job.conf = {{"join_timeout", "20"}, {"last_call_timeout", "1"}, {"heartbeat_timeout", "2"}};
+        job.flags = {"--shutdown_timeout=5"};
+        return job;
+    }
+
+    // Workers that record their start, then do `then` (by default: sleep until ddprun
+    // stops them).
+    std::vector<std::string> recorders(std::vector<std::string> then = {"sleep", "300"}) const {
+        std::vector<std::string> actions = {"ready",
+                                            m_dir + "/r{round}.{rank}.of{world}.restart{restart}"};
+        actions.insert(actions.end(), then.begin(), then.end());
+        return actions;
+    }
+
+    // The node at 127.0.0.<n>; n == 1 hosts the store.
+    Node node(const Job& job, int n, std::vector<std::string> actions = {}) const {
+        std::string conf = fmt::format("is_host={}", n == 1 ? 1 : 0);
+        for (const auto& [key, value] : job.conf) conf += "," + key + "=" + value;
+        return Node{.addr = fmt::format("127.0.0.{}", n),
+                    .flags = {"--rdzv_conf=" + conf},
+                    .actions = actions.empty() ? recorders() : actions};
+    }
+
+    std::unique_ptr<DdprunProcess> start_at(const Job& job, int n,
+                                            std::vector<std::string> actions = {}) {
+        return start_node(job, node(job, n, std::move(actions)));
+    }
+
+    // Every worker start so far, by round.
+    std::map<int, std::vector<Start>> rounds() const {
+        std::map<int, std::vector<Start>> by_round;
+        for (const auto& entry : fs::directory_iterator(m_dir)) {
+            int round = 0;
+            Start start;
+            const std::string name = entry.path().filename().string();
+            if (std::sscanf(name.c_str(), "r%d.%d.of%d.restart%d", &round, &start.rank,
+                            &start.world, &start.restart) == 4)
+                by_round[round].push_back(start);
+        }
+        return by_round;
+    }
+
+    // Waits until round `round` runs `world` workers, ranks 0..world-1 each once, all
+    // with that world size.
+    ::testing::AssertionResult wait_round(int round, int world,
+                                          const std::vector<std::unique_ptr<DdprunProcess>>& agents,
+                                          Milliseconds timeout = 20s) {
+        bool full = wait_until(
+            [&] {
+                auto all = rounds();
+                return all.contains(round) && std::ssize(all[round]) >= world;
+            },
+            timeout);
+        auto all = rounds();
+        std::string seen;
+        for (const auto& [r, starts] : all) {
+            seen += fmt::format("round {}:", r);
+            for (const auto& s : starts) seen += fmt::format(" {}/{}", s.rank, s.world);
+            seen += "\n";
+        }
+        if (!full)
+            return ::testing::AssertionFailure()
+                   << "round " << round << " never ran " << world << " workers\n"
+                   << seen << stderr_of(agents);
+        std::set<int> ranks;
+        for (const auto& start : all[round]) {
+            if (start.world != world || !ranks.insert(start.rank).second || start.rank >= world)
+                return ::testing::AssertionFailure() << "round " << round << " is inconsistent\n"
+                                                     << seen << stderr_of(agents);
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    int restart_count_of(int round) const {
+        auto all = rounds();
+        return all.contains(round) && !all[round].empty() ? all[round].front().restart : -1;
+    }
+
+    // Stops every agent still running (SIGTERM to each: the job ends as a scheduler's
+    // stop ends it) and returns their results.
+    std::vector<RunResult> stop_all(const std::vector<std::unique_ptr<DdprunProcess>>& agents) {
+        for (const auto& agent : agents)
+            if (agent->running()) agent->send_signal(SIGTERM);
+        return wait_nodes(agents);
+    }
+
+    // Kills an agent the way a host dies: its supervisor and the agent itself at once, so
+    // that nothing is published and only the heartbeats tell.
+    void kill_node(DdprunProcess& victim) {
+        pid_t agent = agent_of(victim);
+        ASSERT_GT(agent, 0) << "no agent process under ddprun " << victim.pid();
+        ::kill(agent, SIGKILL);
+        ::kill(victim.pid(), SIGKILL);
+        expect_orphans_to_clean_up();
+    }
+};
+
+// --- forming rounds -------------------------------------------------------------
+
+TEST_F(ElasticTest, TheFirstRoundFormsAtOnceWhenMaxNodesJoined) {
+    Job job = elastic_job(1, 3);
+    job.conf["last_call_timeout"] = "120";  // far beyond the guard: MAX must not wait for it
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    ASSERT_TRUE(wait_round(0, 3, agents));
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
+}
+
+TEST_F(ElasticTest, TheFirstRoundFormsAtMinAfterTheLastCall) {
+    Job job = elastic_job(2, 3);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    agents.push_back(start_at(job, 2));
+    ASSERT_TRUE(wait_round(0, 2, agents));
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143})) << describe_all(r);
+    for (const auto& result : r)
+        EXPECT_FALSE(own_lines_with(result.err, {"round 0:", "of 2", "world_size 2"}).empty())
+            << describe_all(r);
+}
+
+TEST_F(ElasticTest, FewerThanMinNodesTimeOutNamingTheCount) {
+    Job job = elastic_job(2, 3);
+    job.conf["join_timeout"] = "2";
+    auto agent = start_at(job, 1);
+    auto r = agent->wait();
+    EXPECT_EQ(r.exit_code, k_rendezvous_exit) << r.describe();
+    EXPECT_EQ(own_lines_with(
+                  r.err, {"timed out after 2 s", "1 of at least 2 nodes joined", "--nnodes=2:3"})
+                  .size(),
+              1u)
+        << r.describe();
+}
+
+// --- scale-up -------------------------------------------------------------------
+
+TEST_F(ElasticTest, ANewcomerRestartsEveryWorkerWithTheLargerWorld) {
+    Job job = elastic_job(1, 3);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    agents.push_back(start_at(job, 2));
+    ASSERT_TRUE(wait_round(0, 2, agents));
+    agents.push_back(start_at(job, 3));
+    ASSERT_TRUE(wait_round(1, 3, agents));
+    EXPECT_EQ(restart_count_of(1), 0) << "a membership change is not a restart";
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
+    // One line on every node: who joined, the node count and the world size.
+    for (const auto& result : r)
+        EXPECT_EQ(own_lines_with(result.err, {"round 1:", "joined", "now 3 nodes", "world size 3"})
+                      .size(),
+                  1u)
+            << describe_all(r);
+}
+
+TEST_F(ElasticTest, BeyondMaxANewcomerWaitsAsASpareAndReplacesAKilledNode) {
+    Job job = elastic_job(1, 2);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    agents.push_back(start_at(job, 2));
+    ASSERT_TRUE(wait_round(0, 2, agents));
+    agents.push_back(start_at(job, 3));
+    ASSERT_TRUE(agents[2]->wait_for_output("waiting as a spare", 20s, true)) << stderr_of(agents);
+    EXPECT_EQ(rounds().size(), 1u) << "a spare must not stop the full job";
+
+    kill_node(*agents[1]);
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(wait_round(1, 2, agents));
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 137, 143})) << describe_all(r);
+    EXPECT_EQ(own_lines_with(r[0].err,
+                             {"round 1:", "stopped answering", "joined (a spare)", "now 2 nodes"})
+                  .size(),
+              1u)
+        << describe_all(r);
+}
+
+// --- scale-down -----------------------------------------------------------------
+
+TEST_F(ElasticTest, AKilledNodeIsReplacedByTheSurvivorsAfterTheHeartbeatTimeout) {
+    Job job = elastic_job(2, 3);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    ASSERT_TRUE(wait_round(0, 3, agents));
+    kill_node(*agents[1]);
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(wait_round(1, 2, agents));
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 137, 143})) << describe_all(r);
+    for (std::size_t i : {0u, 2u})
+        EXPECT_EQ(own_lines_with(r[i].err,
+                                 {"round 1:", "stopped answering", "now 2 nodes", "world size 2"})
+                      .size(),
+                  1u)
+            << describe_all(r);
+    auto live = wait_job_gone(k_orphan_grace);
+    EXPECT_TRUE(live.empty()) << "the killed node's workers outlived it:\n" << describe(live);
+}
+
+TEST_F(ElasticTest, AFrozenNodeIsDroppedAndRefusedOnceThawed) {
+    Job job = elastic_job(2, 3);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    ASSERT_TRUE(wait_round(0, 3, agents));
+    auto& frozen = *agents[2];
+    pid_t agent = agent_of(frozen);
+    ASSERT_GT(agent, 0);
+    ::kill(agent, SIGSTOP);
+    ::kill(frozen.pid(), SIGSTOP);
+    auto reformed = wait_round(1, 2, agents);
+    ::kill(frozen.pid(), SIGCONT);
+    ::kill(agent, SIGCONT);
+    EXPECT_TRUE(reformed);
+    // Thawed, it learns that the others gave it up, stops its workers and leaves.
+    ASSERT_TRUE(frozen.wait_exit_for(20s)) << stderr_of(agents);
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, k_rendezvous_exit})) << describe_all(r);
+    // Thawed, it reads first either the others' verdict or its own overdue heartbeat.
+    EXPECT_TRUE(!own_lines_with(r[2].err, {"gave this node up"}).empty() ||
+                !own_lines_with(r[2].err, {"stopped answering"}).empty())
+        << describe_all(r);
+}
+
+TEST_F(ElasticTest, AStopSignalToOneNodeMakesItLeaveAndTheOthersGoOnAtOnce) {
+    Job job = elastic_job(2, 3);
+    // A leave needs no heartbeat: one this long would fail the test if it were waited for.
+    job.conf["heartbeat_timeout"] = "60";
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    ASSERT_TRUE(wait_round(0, 3, agents));
+    agents[1]->send_signal(SIGTERM);
+    ASSERT_TRUE(agents[1]->wait_exit_for(20s)) << stderr_of(agents);
+    ASSERT_TRUE(wait_round(1, 2, agents, 10s));
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
+    EXPECT_FALSE(own_lines_with(r[1].err, {"leaving the job"}).empty()) << describe_all(r);
+    EXPECT_EQ(own_lines_with(r[0].err, {"round 1:", "left (SIGTERM)", "now 2 nodes"}).size(), 1u)
+        << describe_all(r);
+}
+
+TEST_F(ElasticTest, BelowMinTheSurvivorsGiveUpAfterTheJoinTimeoutNamingTheLostNode) {
+    Job job = elastic_job(2, 3);
+    job.conf["join_timeout"] = "3";
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    agents.push_back(start_at(job, 2));
+    ASSERT_TRUE(wait_round(0, 2, agents));
+    agents[1]->send_signal(SIGTERM);
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{k_rendezvous_exit, 143})) << describe_all(r);
+    EXPECT_EQ(
+        own_lines_with(r[0].err, {"1 node(s) left of at least 2", "join_timeout", "left (SIGTERM)"})
+            .size(),
+        1u)
+        << describe_all(r);
+}
+
+TEST_F(ElasticTest, LosingTheStoresHostEndsTheJobEverywhereSayingWhy) {
+    Job job = elastic_job(1, 3);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    ASSERT_TRUE(wait_round(0, 3, agents));
+    kill_node(*agents[0]);
+    if (HasFatalFailure()) return;
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{137, k_rendezvous_exit, k_rendezvous_exit}))
+        << describe_all(r);
+    for (std::size_t i : {1u, 2u})
+        EXPECT_FALSE(own_lines_with(r[i].err, {"store"}).empty()) << describe_all(r);
+}
+
+// --- restarts, the end of the job ---------------------------------------------------
+
+TEST_F(ElasticTest, MembershipChangesUseNoRestartButAWorkerFailureDoes) {
+    Job job = elastic_job(1, 3);
+    job.flags.push_back("--max_restarts=1");
+    // After the restart the workers finish at once; before it they run until killed.
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    const auto actions = recorders({"if-restart", "1", "exit", "0", "sleep", "300"});
+    agents.push_back(start_at(job, 1, actions));
+    agents.push_back(start_at(job, 2, actions));
+    ASSERT_TRUE(wait_round(0, 2, agents));
+    agents.push_back(start_at(job, 3, actions));
+    ASSERT_TRUE(wait_round(1, 3, agents));
+    EXPECT_EQ(restart_count_of(1), 0);
+    // A worker failure: rank 1's worker dies of SIGKILL.
+    auto workers = recorded_workers();
+    ASSERT_FALSE(workers[1].empty());
+    ::kill(workers[1].back(), SIGKILL);
+    ASSERT_TRUE(wait_round(2, 3, agents));
+    EXPECT_EQ(restart_count_of(2), 1) << "a failure is a restart";
+    // Restart 1's workers exit 0 at once: the job finishes on every node.
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0, 0})) << describe_all(r);
+}
+
+TEST_F(ElasticTest, ANewcomerToAFinishingJobExitsZeroSayingSo) {
+    Job job = elastic_job(1, 3);
+    job.conf["exit_barrier_timeout"] = "30";
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    // Node 1's workers finish at once; node 2's run until the test lets them go.
+    const std::string go = m_dir + "/go";
+    const auto actions = recorders({"if-rank", "0", "exit", "0", "wait-file", go, "exit", "0"});
+    agents.push_back(start_at(job, 1, actions));
+    agents.push_back(start_at(job, 2, actions));
+    ASSERT_TRUE(wait_round(0, 2, agents));
+    auto late = start_at(job, 3);
+    auto r_late = late->wait();
+    EXPECT_EQ(r_late.exit_code, 0) << r_late.describe();
+    EXPECT_FALSE(own_lines_with(r_late.err, {"finishing"}).empty()) << r_late.describe();
+    write_text_file(go, "");
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    EXPECT_EQ(rounds().size(), 1u) << "the newcomer must not have re-formed the job";
+}
+
+TEST_F(ElasticTest, ANewcomerOfAnotherShapeIsRefusedAndTheJobGoesOn) {
+    Job job = elastic_job(1, 3);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    agents.push_back(start_at(job, 2));
+    ASSERT_TRUE(wait_round(0, 2, agents));
+    Job other = job;
+    other.min_nnodes = 2;
+    auto stranger = start_at(other, 3);
+    auto rs = stranger->wait();
+    EXPECT_EQ(rs.exit_code, k_rendezvous_exit) << rs.describe();
+    EXPECT_EQ(own_lines_with(rs.err, {"nnodes differ: 1:3 on node 0, 2:3 on this node"}).size(), 1u)
+        << rs.describe();
+    EXPECT_EQ(rounds().size(), 1u) << "the refused node must not have re-formed the job";
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143})) << describe_all(r);
+}
+
+TEST_F(ElasticTest, ASchedulersStopToEveryNodeEndsTheJobAsToday) {
+    Job job = elastic_job(2, 3);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    ASSERT_TRUE(wait_round(0, 3, agents));
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
+    EXPECT_EQ(rounds().size(), 1u) << "nothing may re-form while the job is being stopped";
+}
+
+}  // namespace
+}  // namespace ddprun_it
