@@ -4,7 +4,9 @@ to the physical limit measured in the same run; then, for jobs that span
 nodes (agents on loopback), failure propagation, a real training job and the
 memory of a multi-node agent; then restart latency next to starting the same
 workers by hand, and the rendezvous at scale: N real agents on this machine,
-and N simulated agents (threads) over a real TCPStore (bench/rendezvous_scale).
+and N simulated agents (threads) over a real TCPStore (bench/rendezvous_scale);
+last, elastic membership: how fast a --nnodes=MIN:MAX job runs again after a
+node joins, dies, hangs or leaves on SIGTERM.
 
 Why it exists: ddprun's claims ("instant", "carries logs at pipe speed",
 "tiny") are only meaningful against a baseline on the same machine at the same
@@ -15,7 +17,8 @@ torchrun when it is installed. Timing claims live here, never in unit tests.
 Run it through bench/run.sh (see bench/README.md); it only needs Python's
 standard library and GNU time (/usr/bin/time), plus libtorch (ddprun's store
 plugin, build/examples/train, build/bench/rendezvous_scale) and a C compiler
-for the multi-node, restart and rendezvous sections. `--only` picks sections.
+for the multi-node, restart, rendezvous and elastic sections. `--only` picks
+sections.
 """
 
 import argparse
@@ -49,6 +52,7 @@ SECTIONS = [
     ("g", "restart"),
     ("h", "rdzv-agents"),
     ("i", "rdzv-sim"),
+    ("j", "elastic"),
 ]
 
 
@@ -96,7 +100,7 @@ def parse_args():
         default="auto",
         choices=["auto", "off"],
         help="'auto': the sections that need ddprun's store plugin ((d)-(f), (g)'s two-agent rows, "
-        "(h), (i)) when it is there; 'off': skip them",
+        "(h), (i), (j)'s ddprun rows) when it is there; 'off': skip them",
     )
     parser.add_argument("--job-reps", type=int, default=5, help="runs per 2-agent row (default 5)")
     parser.add_argument("--train", help="the C++ example (default: examples/train beside ddprun)")
@@ -117,6 +121,7 @@ def parse_args():
         help="agent counts of (i) (default 2,8,32,128,512,1024)",
     )
     parser.add_argument("--scale-reps", type=int, default=3, help="runs per row of (h) and (i) (default 3)")
+    parser.add_argument("--elastic-reps", type=int, default=3, help="runs per row of (j) (default 3)")
     parser.add_argument(
         "--rendezvous-scale", help="the program of (i) (default: bench/rendezvous_scale beside ddprun)"
     )
@@ -548,6 +553,7 @@ def bench_memory(args, use_torchrun, log_path, lines_per_worker):
 HELPER_SOURCE = r"""
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -696,9 +702,23 @@ int main(int argc, char** argv) {
         while (wait(&status) > 0) failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
         return failed;
     }
+    /* helper elastic DIR: a worker of an elastic job. Writes
+       DIR/elastic-ROUND-WORLD-RANK-PID (CLOCK_MONOTONIC at the start of main;
+       ROUND is $DDPRUN_ROUND, the job-wide round, else
+       $TORCHELASTIC_RESTART_COUNT; WORLD is $WORLD_SIZE), then waits to be
+       stopped: SIGTERM ends it at once, so a launcher's grace goes unused. */
+    if (argc == 3 && strcmp(argv[1], "elastic") == 0) {
+        signal(SIGTERM, SIG_DFL);
+        char name[128];
+        snprintf(name, sizeof name, "elastic-%d-%d-%d-%ld",
+                 env_int("DDPRUN_ROUND", env_int("TORCHELASTIC_RESTART_COUNT", 0)),
+                 env_int("WORLD_SIZE", 0), env_int("RANK", -1), (long)getpid());
+        write_stamp(argv[2], name, &started);
+        for (;;) pause();
+    }
     fprintf(stderr,
             "usage: helper dlopen LIB [DIR] | fail RANK SECONDS FILE | stamp DIR"
-            " | restart DIR RANK WORKERS SETTLE | spawn DIR N\n");
+            " | restart DIR RANK WORKERS SETTLE | spawn DIR N | elastic DIR\n");
     return 2;
 }
 """
@@ -1045,7 +1065,7 @@ def read_stamps(directory):
     """{name: CLOCK_MONOTONIC seconds} of the stamps the helper wrote."""
     stamps = {}
     for name in os.listdir(directory):
-        if name == "failed" or name.startswith(("start-", "loaded-")):
+        if name == "failed" or name.startswith(("start-", "loaded-", "elastic-")):
             with open(os.path.join(directory, name)) as text:
                 stamps[name] = float(text.read())
     return stamps
@@ -1287,19 +1307,474 @@ def bench_rendezvous_simulated(args):
     print("    budget: " + "; ".join(verdicts))
 
 
+# ---------------------------------------------------------------------------
+# Elastic membership (--nnodes=MIN:MAX): agents join and leave a running job.
+# Agents on loopback (127.0.0.1..3) stand for nodes, as in (d)-(h). The
+# workers are the helper's `elastic` mode: each stamps the start of its main
+# with its round and world size, then waits to be stopped.
+
+ELASTIC_MIN_NODES, ELASTIC_MAX_NODES = 2, 3
+ELASTIC_LAST_CALL_S = 1  # rdzv_conf last_call_timeout: a round of MIN..MAX-1 agents forms after it
+ELASTIC_HEARTBEAT_S = 2  # ddprun's rdzv_conf heartbeat_timeout: a SIGKILLed node is noticed after it
+ELASTIC_SHUTDOWN_TIMEOUT_S = 2  # ddprun's grace; the workers exit at once on SIGTERM, so unused
+ELASTIC_BUDGET_S = 1.0  # ddprun's goal: the workers' own start plus this (plus the heartbeat)
+ELASTIC_NEVER_S = 20.0  # after the event, how long a launcher gets before the row says "never"
+ELASTIC_SETTLE_S = 0.5  # the first round runs this long before the event
+ELASTIC_JOIN_TIMEOUT_S = 30  # rdzv_conf join_timeout of both launchers
+ELASTIC_START_LIMIT_S = 40  # the first round must run by then (after the agents' join_timeout)
+
+# (name, what happens, agents before, world size after: 1 worker per agent)
+ELASTIC_EVENTS = [
+    ("scale-up", "join", 2, 3),
+    ("SIGKILL", "kill", 3, 2),
+    ("SIGSTOP", "hang", 3, 2),
+    ("SIGTERM", "leave", 3, 2),
+]
+
+
+class ElasticUnsupported(Exception):
+    """This ddprun refuses --nnodes=MIN:MAX."""
+
+
+def elastic_stamps(directory):
+    """[(round, world, rank, pid, CLOCK_MONOTONIC seconds)] of the elastic
+    workers' start stamps (elastic-ROUND-WORLD-RANK-PID)."""
+    stamps = []
+    for name, when in read_stamps(directory).items():
+        fields = name.split("-")
+        if fields[0] == "elastic" and len(fields) == 5 and all(f.isdigit() for f in fields[1:]):
+            stamps.append(tuple(int(field) for field in fields[1:]) + (when,))
+    return stamps
+
+
+def full_round(stamps, world, after):
+    """(round, [start times]) of a round whose `world` workers, ranks
+    0..world-1, all started after `after`; None while there is none."""
+    rounds = {}
+    for round_number, size, rank, _pid, when in stamps:
+        if size == world and when > after:
+            rounds.setdefault(round_number, {})[rank] = when
+    for round_number, ranks in sorted(rounds.items(), reverse=True):
+        if set(ranks) == set(range(world)):
+            return round_number, list(ranks.values())
+    return None
+
+
+def session_members(sessions):
+    """Live (not zombie) processes whose session is one of `sessions`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[3]) in sessions:
+            members.append(int(entry))
+    return members
+
+
+def live_helpers(pids, helper):
+    """Those of `pids` that are still a running `helper` (not a reused pid)."""
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                program = cmdline.read().split(b"\0", 1)[0].decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as stat:
+                state = stat.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if program == helper and state != "Z":
+            alive.append(pid)
+    return alive
+
+
+class ElasticJob:
+    """The agents of one elastic job, each started in its own session.
+    close() SIGKILLs every process they started: their process groups, the
+    rest of their sessions (ddprun's workers lead their own groups), and any
+    worker whose pid a stamp names, wherever it went."""
+
+    def __init__(self, make_argv, helper, directory, env):
+        self.make_argv = make_argv  # agent index -> argv
+        self.helper = helper
+        self.directory = directory
+        self.env = env
+        self.procs = []
+        self.stderrs = []
+
+    def start(self, index):
+        """Starts agent `index`; returns time.monotonic() just before."""
+        stderr = tempfile.TemporaryFile()
+        self.stderrs.append(stderr)
+        argv = self.make_argv(index)
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=stderr, env=self.env, start_new_session=True
+        )
+        self.procs.append(proc)
+        return started
+
+    def stop_node(self, index):
+        """A hung node: SIGSTOP every process of agent `index`'s session
+        (ddprun's supervisor, agent and workers, which lead process groups of
+        their own; torchrun's agent and workers). Its sockets stay open, so
+        only missing heartbeats can tell the others. Returns the pids."""
+        session = self.procs[index].pid
+        stopped = set()
+        while new := set(session_members({session})) - stopped:  # a fork under way adds one
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            stopped |= new
+        return stopped
+
+    def kill_node(self, index):
+        """The death of agent `index`'s node: its whole session is stopped
+        (stop_node), then SIGKILLed, so that no part of the node lives to see
+        another part die and tell the other nodes. The kernel closes its
+        sockets."""
+        for pid in self.stop_node(index):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def exit_code(self, index):
+        """Agent `index`'s exit code (-N: killed by signal N), None while it
+        runs. It is not reaped (WNOWAIT): until close(), its pid, which is
+        also its process group and session, cannot be reused."""
+        info = os.waitid(os.P_PID, self.procs[index].pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is None or info.si_pid == 0:
+            return None
+        return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+    def wait_exit(self, index, limit_s):
+        """exit_code() once agent `index` has exited, or None after `limit_s`."""
+        deadline = time.monotonic() + limit_s
+        while (code := self.exit_code(index)) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return code
+
+    def tail(self, index):
+        stderr = self.stderrs[index]
+        stderr.seek(0)
+        return " | ".join(stderr.read().decode(errors="replace").strip().splitlines()[-5:])
+
+    def check_running(self, indices, what):
+        for index in indices:
+            code = self.exit_code(index)
+            if code is not None:
+                raise BenchError(f"agent {index} exited {code} {what}: {self.tail(index)}")
+
+    def close(self):
+        try:
+            sessions = {proc.pid for proc in self.procs}
+            workers = {pid for _, _, _, pid, _ in elastic_stamps(self.directory)}
+            deadline = time.monotonic() + 5
+            while True:
+                # The agents are not reaped yet (see exit_code), so their pids, the ids of their
+                # process groups and sessions, cannot have been reused.
+                for proc in self.procs:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                left = session_members(sessions) + live_helpers(workers, self.helper)
+                if not left:
+                    break
+                if time.monotonic() > deadline:
+                    raise BenchError(f"processes of an elastic job survived SIGKILL: {sorted(set(left))}")
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.01)
+        finally:
+            for proc in self.procs:
+                proc.wait()
+            for stderr in self.stderrs:
+                stderr.close()
+
+
+def elastic_run(job, event, agents_before, world_after, is_ddprun):
+    """One elastic event. Returns (first round's formation in seconds from
+    the first agent's start, seconds from the event to each worker of the
+    new round running or None if it never ran within ELASTIC_NEVER_S, the
+    leaving agent's exit code or None)."""
+    stamps_dir = job.directory
+    first_start = None
+    for index in range(agents_before):
+        started = job.start(index)
+        first_start = started if first_start is None else first_start
+    deadline = time.monotonic() + ELASTIC_START_LIMIT_S
+    while (initial := full_round(elastic_stamps(stamps_dir), agents_before, after=0.0)) is None:
+        for index in range(agents_before):
+            code = job.exit_code(index)
+            if code is None:
+                continue
+            if is_ddprun and code == 2:
+                raise ElasticUnsupported(job.tail(index))
+            raise BenchError(f"agent {index} exited {code} before the first round ran: {job.tail(index)}")
+        if time.monotonic() > deadline:
+            tails = " / ".join(f"agent {index}: {job.tail(index)}" for index in range(agents_before))
+            raise BenchError(f"the first round of {agents_before} agents never ran: {tails}")
+        time.sleep(0.01)
+    initial_round, initial_starts = initial
+    formed = max(initial_starts) - first_start
+    time.sleep(ELASTIC_SETTLE_S)
+    job.check_running(range(agents_before), "while the first round ran")
+
+    leaving = agents_before - 1  # the last agent: never node 0, which hosts the store
+    if event == "join":
+        at = job.start(agents_before)
+        survivors = range(agents_before + 1)
+    elif event == "kill":
+        at = time.monotonic()
+        job.kill_node(leaving)
+        survivors = range(leaving)
+    elif event == "hang":
+        at = time.monotonic()
+        job.stop_node(leaving)
+        survivors = range(leaving)
+    else:
+        at = time.monotonic()
+        os.kill(job.procs[leaving].pid, signal.SIGTERM)  # not reaped (exit_code): still its pid
+        survivors = range(leaving)
+
+    give_up = at + ELASTIC_NEVER_S
+    while (new := full_round(elastic_stamps(stamps_dir), world_after, after=at)) is None:
+        job.check_running(survivors, f"after the {event}")
+        if time.monotonic() > give_up:
+            break
+        time.sleep(0.01)
+    code = None
+    if event == "leave":  # the leaving agent's exit code: it has stopped its workers by now, or soon
+        code = job.wait_exit(leaving, ELASTIC_SHUTDOWN_TIMEOUT_S + 3)
+    if new is None:
+        return formed, None, code
+    new_round, starts = new
+    if is_ddprun and new_round <= initial_round:
+        raise BenchError(f"DDPRUN_ROUND did not grow across the {event}: {initial_round} -> {new_round}")
+    return formed, [when - at for when in starts], code
+
+
+def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
+    """(j): elastic membership: an agent joins; a node dies (SIGKILL) or
+    hangs (SIGSTOP); an agent leaves on SIGTERM."""
+    env = ddprun_env()
+    nnodes = f"--nnodes={ELASTIC_MIN_NODES}:{ELASTIC_MAX_NODES}"
+    runs = [0]  # a fresh rendezvous id per job
+
+    def ddprun_job(directory):
+        port, run_id = free_port(), f"bench-elastic-{runs[0]}"
+
+        def argv(index):
+            conf = (
+                f"is_host={int(index == 0)},last_call_timeout={ELASTIC_LAST_CALL_S},"
+                f"heartbeat_timeout={ELASTIC_HEARTBEAT_S},join_timeout={ELASTIC_JOIN_TIMEOUT_S}"
+            )
+            return [
+                args.ddprun,
+                nnodes,
+                "--nproc_per_node=1",
+                f"--rdzv_endpoint=127.0.0.1:{port}",
+                f"--rdzv_id={run_id}",
+                f"--local_addr=127.0.0.{index + 1}",
+                f"--rdzv_conf={conf}",
+                f"--shutdown_timeout={ELASTIC_SHUTDOWN_TIMEOUT_S}",
+                helper,
+                "elastic",
+                directory,
+            ]
+
+        return argv
+
+    def torchrun_job(directory):
+        port, run_id = free_port(), f"bench-elastic-{runs[0]}"
+
+        def argv(index):
+            # torch 1.13's c10d rendezvous reads join_, last_call_ and close_timeout and is_host
+            # from --rdzv_conf; its heartbeat is fixed (5 s, dead after 3 missed).
+            conf = (
+                f"is_host={int(index == 0)},last_call_timeout={ELASTIC_LAST_CALL_S},"
+                f"join_timeout={ELASTIC_JOIN_TIMEOUT_S}"
+            )
+            return [
+                "/usr/bin/python3",
+                os.path.join(HERE, "torchrun_compat.py"),
+                nnodes,
+                "--nproc_per_node=1",
+                "--rdzv_backend=c10d",
+                f"--rdzv_endpoint=127.0.0.1:{port}",
+                f"--rdzv_id={run_id}",
+                f"--rdzv_conf={conf}",
+                "--monitor_interval=0.1",
+                "--no_python",
+                helper,
+                "elastic",
+                directory,
+            ]
+
+        return argv
+
+    launchers = {}
+    if with_ddprun:
+        launchers["ddprun"] = ddprun_job
+    if use_torchrun:
+        launchers["torchrun (c10d, --monitor_interval=0.1)"] = torchrun_job
+    if not launchers:
+        print("\n(j) elastic: skipped: neither ddprun's store plugin nor torchrun")
+        return
+
+    reps = args.elastic_reps
+    # per (event, launcher): seconds to the first and the last worker of the new round; runs that
+    # never re-formed; the leaving agent's exit codes; the first round's formation; what failed
+    first, last, never, codes, formed, failed = {}, {}, {}, {}, {}, {}
+    by_hand = {}  # event -> [seconds]: the helper fork+execs the new round's workers itself
+    unsupported = None
+    for _ in range(reps):  # interleaved, so drift hits every launcher alike
+        for name, event, before, after in ELASTIC_EVENTS:
+            directory = tempfile.mkdtemp(prefix="hand-", dir=scratch)
+            run_timed([helper, "spawn", directory, str(after)])
+            stamps = read_stamps(directory)
+            by_hand.setdefault(name, []).append(max(round_starts(stamps, 1)) - stamps["failed"])
+            shutil.rmtree(directory)
+            for launcher, make_job in launchers.items():
+                key = (name, launcher)
+                if key in never or key in failed or (launcher == "ddprun" and unsupported is not None):
+                    continue  # once is enough to learn that it never re-forms, or fails
+                directory = tempfile.mkdtemp(prefix="elastic-", dir=scratch)
+                runs[0] += 1
+                job = ElasticJob(make_job(directory), helper, directory, env)
+                try:
+                    took, starts, code = elastic_run(job, event, before, after, launcher == "ddprun")
+                except ElasticUnsupported as error:
+                    unsupported = str(error)
+                    continue
+                except BenchError as error:  # shown under the table; the benchmark then fails
+                    failed[key] = str(error)
+                    continue
+                finally:
+                    job.close()
+                    shutil.rmtree(directory)
+                formed.setdefault(key, []).append(took)
+                if code is not None:
+                    codes.setdefault(key, set()).add(code)
+                if starts is None:
+                    never[key] = True
+                    continue
+                first.setdefault(key, []).append(min(starts))
+                last.setdefault(key, []).append(max(starts))
+
+    rows = []
+    for name, event, before, after in ELASTIC_EVENTS:
+        hand = by_hand[name]
+        heartbeat = ELASTIC_HEARTBEAT_S if event in ("kill", "hang") else 0
+        goal = statistics.median(hand) + ELASTIC_BUDGET_S + heartbeat
+        hand_cells = median_cells(hand, digits=1)
+        rows.append([name, "by hand (limit)", str(len(hand)), "-"] + hand_cells + ["-", "-"])
+        for launcher in launchers:
+            key = (name, launcher)
+            is_ddprun = launcher == "ddprun"
+            goal_cell = f"{goal * 1e3:.0f}" if is_ddprun else "-"
+            if is_ddprun and unsupported is not None:
+                rows.append(["", launcher, "0", "-", "unsupported", "-", "-", goal_cell, "-"])
+            elif key in failed:
+                rows.append(["", launcher, "-", "-", "failed (below)", "-", "-", goal_cell])
+                rows[-1].append("missed" if is_ddprun else "-")
+            elif key in never:
+                recovered = len(last.get(key, []))
+                cell = f"never (>{ELASTIC_NEVER_S:.0f} s)"
+                if recovered:
+                    cell += f" in 1 of {recovered + 1}"
+                rows.append(["", launcher, str(recovered + 1), "-", cell, "-", "-", goal_cell])
+                rows[-1].append("missed" if is_ddprun else "-")
+            else:
+                samples = last[key]
+                met = "met" if statistics.median(samples) <= goal else "missed"
+                rows.append(
+                    ["", launcher, str(len(samples)), f"{statistics.median(first[key]) * 1e3:.0f}"]
+                    + median_cells(samples)
+                    + [goal_cell, met if is_ddprun else "-"]
+                )
+    print_table(
+        f"(j) elastic membership, {nnodes}, 1 worker per agent; agents on this machine "
+        f"(127.0.0.1-3, node 0 hosts the store) stand for nodes. ms from the event to the first and the "
+        f"last worker of the new round running (each stamps the start of its main). scale-up: a third "
+        f"agent starts while 2 run (from just before its launch); SIGKILL: a non-host agent's whole node "
+        f"(its session: SIGSTOP, then SIGKILL) dies while 3 run, and the kernel closes its sockets; "
+        f"SIGSTOP: the same node hangs instead (its session stopped, its sockets open: only heartbeats "
+        f"tell); SIGTERM: a non-host agent is told to stop while 3 run (its workers exit at once on "
+        f"SIGTERM, so no grace is used). By hand: the helper fork+execs the new round's workers itself. "
+        f"ddprun's goal: {ELASTIC_BUDGET_S * 1e3:.0f} ms over by hand, plus heartbeat_timeout "
+        f"({ELASTIC_HEARTBEAT_S} s) after a SIGKILL or SIGSTOP",
+        ["event", "launcher", "runs", "first ms", "last ms (median)", "min", "max", "goal ms", "goal"],
+        rows,
+    )
+    conf = f"last_call_timeout={ELASTIC_LAST_CALL_S}"
+    settings = []
+    if with_ddprun:
+        settings.append(
+            f"ddprun: --rdzv_conf=is_host=0|1,{conf},heartbeat_timeout={ELASTIC_HEARTBEAT_S},"
+            f"join_timeout={ELASTIC_JOIN_TIMEOUT_S} --shutdown_timeout={ELASTIC_SHUTDOWN_TIMEOUT_S}"
+        )
+    if use_torchrun:
+        settings.append(f"torchrun: --rdzv_conf=is_host=0|1,{conf},join_timeout={ELASTIC_JOIN_TIMEOUT_S}")
+    print("    " + "; ".join(settings))
+    for launcher in launchers:
+        key = ("scale-up", launcher)
+        short = launcher.split()[0]
+        if key in formed:
+            print(
+                f"    {short}: the first round of {ELASTIC_MIN_NODES} agents (MIN) ran "
+                f"{statistics.median(formed[key]):.1f} s after the first agent started "
+                f"(median; {conf})"
+            )
+        key = ("SIGTERM", launcher)
+        if key in codes:
+            shown = ",".join(str(code) for code in sorted(codes[key]))
+            expected = " (143 expected)" if launcher == "ddprun" else ""
+            print(f"    {short}: the agent sent SIGTERM exited {shown}{expected}")
+    if unsupported is not None:
+        print(f"    ddprun does not support --nnodes=MIN:MAX (this build): {unsupported}")
+    elif not with_ddprun:
+        why = "--multinode off" if args.multinode == "off" else "no libddprun_store.so beside ddprun"
+        print(f"    ddprun's rows skipped ({why}): they need ddprun's store plugin")
+    for (name, launcher), message in failed.items():
+        print(f"    {launcher.split()[0]}, {name}: failed: {message}")
+    if use_torchrun:
+        print(
+            "    torch 1.13 honours last_call_timeout (its default is 30 s), join_timeout and is_host in "
+            "--rdzv_conf, not heartbeat_timeout. Its agents re-form only when a node joins (they poll the "
+            "rendezvous for waiting nodes); a node that dies, hangs or leaves is dropped from the rendezvous "
+            "once its heartbeat expires (3 missed keep-alives of 5 s: 15 s, fixed), but the running agents "
+            "never restart their workers for it"
+        )
+    if failed:
+        raise BenchError(f"(j) elastic: {len(failed)} row(s) failed; see under its table")
+
+
 def bench_multinode(args, use_torchrun, scratch):
-    """(d)-(i): the sections chosen by --only; those that need ddprun's store
+    """(d)-(j): the sections chosen by --only; those that need ddprun's store
     plugin only when this ddprun has it."""
-    wanted = args.only & {"failure", "jobs", "node-memory", "restart", "rdzv-agents", "rdzv-sim"}
+    wanted = args.only & {"failure", "jobs", "node-memory", "restart", "rdzv-agents", "rdzv-sim", "elastic"}
     if not wanted:
         return
     plugin = os.path.join(os.path.dirname(args.ddprun), "libddprun_store.so")
     have_plugin = args.multinode != "off" and os.path.exists(plugin)
     if args.multinode != "off" and not have_plugin:
-        print(f"\n(d)-(i) multi-node: skipped: no {plugin} (ddprun was built without libtorch)")
+        print(f"\n(d)-(j) multi-node: skipped: no {plugin} (ddprun was built without libtorch)")
     helper = compile_helper(scratch)
     if helper is None:
-        print("\n(d), (g), (h) skipped: no C compiler (cc) for the workers that record times")
+        print("\n(d), (g), (h), (j) skipped: no C compiler (cc) for the workers that record times")
     if have_plugin:
         if "failure" in wanted and helper is not None:
             bench_failure(args, use_torchrun, helper, scratch)
@@ -1314,6 +1789,9 @@ def bench_multinode(args, use_torchrun, scratch):
             bench_rendezvous_agents(args, helper, scratch)
         if "rdzv-sim" in wanted:
             bench_rendezvous_simulated(args)
+    if "elastic" in wanted and helper is not None:
+        # torchrun's rows need no plugin; ddprun's do.
+        bench_elastic(args, use_torchrun, helper, scratch, with_ddprun=have_plugin)
 
 
 def torch_version():

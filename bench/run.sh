@@ -6,15 +6,17 @@
 # other, what a real 2x2 training job costs next to the same processes
 # started by hand, and what a multi-node agent takes in memory next to a
 # process that only loads libtorch; how long a restart takes next to starting
-# the same workers by hand, and how the rendezvous scales with N real agents
-# and with N simulated ones. See bench/README.md for what each row means.
-# Bounded to 15 minutes; about 5-8 on 2 cores.
+# the same workers by hand, how the rendezvous scales with N real agents
+# and with N simulated ones, and how fast an elastic job (--nnodes=MIN:MAX)
+# runs again after a node joins, dies, hangs or leaves. See bench/README.md for
+# what each row means. Bounded to 15 minutes; about 7-10 on 2 cores.
 #
 #   bash bench/run.sh                      # uses build/, builds what is missing
 #   DDPRUN=/path/to/ddprun bash bench/run.sh --reps 50 --nproc 16
 #   bash bench/run.sh --torchrun off       # skip torchrun even if installed
 #   bash bench/run.sh --multinode off      # skip what needs the store plugin
 #   bash bench/run.sh --only restart,i     # only these sections (names or letters)
+#   bash bench/run.sh --only elastic       # (j) alone, about 2 minutes
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
