@@ -22,6 +22,9 @@
 #include "ddprun/error_file.hpp"
 #include "ddprun/hostlist.hpp"
 #include "ddprun/rendezvous.hpp"
+// The elastic protocol's own records (the event queue, the answers) are not
+// public: the fuzz targets see src/ for them.
+#include "records_internal.hpp"
 
 namespace ddprun_fuzz {
 
@@ -131,6 +134,44 @@ inline std::string check_round_result(std::string_view data) {
     return {};
 }
 
+// An elastic job's records, all read from the store: an event the leader takes
+// from the queue, an answer an agent waits for, and a round's membership as an
+// agent of a 1:3 job reads it. Errors are one line; what parses fits its bounds
+// and an answer survives a round trip.
+inline std::string check_elastic(std::string_view data) {
+    try {
+        if (auto event = ddprun::detail::parse_event(data); !event) {
+            if (auto broken = check_one_line("parse_event", event.error()); !broken.empty())
+                return broken;
+        } else if (event->agent < 0 || event->answer < 0) {
+            return "parse_event accepted a negative agent or answer number";
+        }
+        if (auto answer = ddprun::detail::parse_answer(data); !answer) {
+            if (auto broken = check_one_line("parse_answer", answer.error()); !broken.empty())
+                return broken;
+        } else {
+            auto again = ddprun::detail::parse_answer(ddprun::detail::answer_json(*answer));
+            if (!again || again->kind != answer->kind || again->round != answer->round ||
+                again->exit_code != answer->exit_code || again->message != answer->message)
+                return "parse_answer round trip changed the answer";
+        }
+        ddprun::NodeInfo me;
+        me.fingerprint.nnodes = 3;
+        me.fingerprint.min_nnodes = 1;
+        me.agent_id = "a1";
+        auto parsed = ddprun::parse_round_result(data, "ddprun/job/r2/result", "job", 2, me);
+        if (!parsed) return check_one_line("parse_round_result", parsed.error().message);
+        const auto listed = parsed->nproc_per_node.size();
+        if (listed < 1 || listed > 3)
+            return "an elastic membership outside 1..3 nodes was accepted";
+        if (parsed->node_rank < 0 || static_cast<std::size_t>(parsed->node_rank) >= listed)
+            return "an elastic membership placed this agent outside it";
+    } catch (const std::exception& error) {
+        return std::string("an elastic record threw: ") + error.what();
+    }
+    return {};
+}
+
 inline std::string check_hostlist(std::string_view data) {
     try {
         auto hosts = ddprun::expand_hostlist(data);
@@ -153,6 +194,7 @@ inline constexpr Target k_targets[] = {
     {"cli", check_command_line},    {"error_file", check_error_file},
     {"node_info", check_node_info}, {"failure_record", check_failure_record},
     {"hostlist", check_hostlist},   {"round_result", check_round_result},
+    {"elastic", check_elastic},
 };
 
 }  // namespace ddprun_fuzz

@@ -385,5 +385,45 @@ TEST_F(ElasticTest, ASchedulersStopToEveryNodeEndsTheJobAsToday) {
     EXPECT_EQ(rounds().size(), 1u) << "nothing may re-form while the job is being stopped";
 }
 
+// --- a real PyTorch job ---------------------------------------------------------------
+
+// examples/elastic_train.py under an elastic job: two nodes train, a third joins, one
+// leaves; the checkpoint carries the steps across every round and the job finishes.
+TEST_F(ElasticTest, PytorchTrainingGoesOnAcrossAScaleUpAndAScaleDown) {
+    Job job = elastic_job(1, 3);
+    job.guard = 90s;
+    job.flags.push_back("--shutdown_timeout=10");
+    const std::vector<std::string> program = {k_python,
+                                              k_examples_dir + "/elastic_train.py",
+                                              m_dir + "/checkpoint",
+                                              "--steps",
+                                              "120",
+                                              "--save-every",
+                                              "5",
+                                              "--step-time",
+                                              "0.1"};
+    auto node_at = [&](int n) {
+        Node nd = node(job, n);
+        nd.program = program;
+        return nd;
+    };
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, node_at(1)));
+    agents.push_back(start_node(job, node_at(2)));
+    ASSERT_TRUE(agents[0]->wait_for_output("world 2", 60s)) << stderr_of(agents);
+    agents.push_back(start_node(job, node_at(3)));
+    ASSERT_TRUE(agents[0]->wait_for_output("world 3", 60s)) << stderr_of(agents);
+    agents[1]->send_signal(SIGTERM);  // node 1 leaves; nodes 0 and 2 go on
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 143, 0})) << describe_all(r);
+    const std::string& out = r[0].out;
+    EXPECT_TRUE(contains(out, "resuming at step")) << describe_all(r);
+    EXPECT_TRUE(contains(out, "done: step 120/120")) << describe_all(r);
+    // The last rounds ran with 3 and then 2 workers, and nothing started over from 0.
+    EXPECT_EQ(count_occurrences(out, "starting at step 0"), 1u) << describe_all(r);
+    EXPECT_TRUE(contains(out, "world 3")) << describe_all(r);
+    EXPECT_TRUE(contains(r[0].err, "left (SIGTERM); now 2 nodes")) << describe_all(r);
+}
+
 }  // namespace
 }  // namespace ddprun_it

@@ -1739,6 +1739,68 @@ TEST_F(RendezvousFaults, NetworkPartitionStopsBothSides) {
     EXPECT_FALSE(error_lines(e1.text()).empty()) << all;
 }
 
+// An elastic job (--nnodes=2:3) with node 0 and node 1 on one side of the link and
+// node 2 on the other: cut off, node 2 stops and leaves (75), and the other two go on
+// as a round of their own.
+TEST_F(RendezvousFaults, ElasticNetworkPartitionDropsTheNodeCutOff) {
+    Partition net;
+    if (!net.ready()) {
+        GTEST_SKIP() << "cannot create network namespaces here (" << net.error()
+                     << "); the partition test needs root and iproute2";
+    }
+    const std::string conf =
+        "join_timeout=20,heartbeat_timeout=2,read_timeout=5,last_call_timeout=30";
+    auto args_of = [&](bool host, const std::string& addr) {
+        return std::vector<std::string>{
+            "--nnodes=2:3",
+            "--nproc_per_node=1",
+            fmt::format("--rdzv_endpoint=10.231.0.1:{}", m_port),
+            "--rdzv_id=" + m_run_id,
+            fmt::format("--rdzv_conf={},is_host={}", conf, host ? 1 : 0),
+            "--shutdown_timeout=5",
+            "--local_addr=" + addr,
+            k_fake_worker,
+            "ready",
+            m_dir + "/r{round}.{rank}.of{world}",
+            "sleep",
+            "300"};
+    };
+    Pipe err0, err1, err2;
+    CustomDdprun node0(args_of(true, "10.231.0.1"), job_env(),
+                       {.err = err0.write, .netns_fd = net.netns_a()});
+    CustomDdprun node1(args_of(false, "10.231.0.1"), job_env(),
+                       {.err = err1.write, .netns_fd = net.netns_a()});
+    CustomDdprun node2(args_of(false, "10.231.0.2"), job_env(),
+                       {.err = err2.write, .netns_fd = net.netns_b()});
+    err0.close_write();
+    err1.close_write();
+    err2.close_write();
+    StreamReader e0(err0.release_read()), e1(err1.release_read()), e2(err2.release_read());
+    auto all = [&] {
+        return "node 0:\n" + e0.text() + "\nnode 1:\n" + e1.text() + "\nnode 2:\n" + e2.text();
+    };
+    for (int rank = 0; rank < 3; ++rank)
+        ASSERT_TRUE(wait_for_file(path(fmt::format("r0.{}.of3", rank)), 30s))
+            << "round 0 never ran rank " << rank << "\n"
+            << all();
+    ASSERT_TRUE(net.cut());
+    auto cut_off = node2.wait_exit(k_node_guard);
+    bool reformed =
+        wait_for_file(path("r1.0.of2"), k_node_guard) && wait_for_file(path("r1.1.of2"), 5s);
+    ::kill(node0.pid(), SIGTERM);
+    ::kill(node1.pid(), SIGTERM);
+    auto code0 = node0.wait_exit(k_node_guard);
+    auto code1 = node1.wait_exit(k_node_guard);
+    if (!cut_off || !code0 || !code1) allow_orphan_grace();  // SIGKILLed at the end of the test
+    snapshot_groups();
+    ASSERT_TRUE(cut_off) << "node 2 did not notice the partition\n" << all();
+    EXPECT_EQ(*cut_off, k_rendezvous_exit) << all();
+    EXPECT_TRUE(reformed) << "nodes 0 and 1 did not go on without node 2\n" << all();
+    EXPECT_EQ(code0, 143) << all();
+    EXPECT_EQ(code1, 143) << all();
+    EXPECT_FALSE(error_lines(e2.text()).empty()) << all();
+}
+
 // ============================================================================
 // Bad input: exit 2, one line that names the problem, nothing started
 // ============================================================================
@@ -1765,7 +1827,7 @@ std::vector<BadInput> bad_flag_values() {
         std::vector<std::string> bad;
     };
     const std::vector<Flag> flags = {
-        {"nnodes", {"", "-1", "0", huge, "abc", "1.5", "2:1", "1:4"}},
+        {"nnodes", {"", "-1", "0", huge, "abc", "1.5", "2:1", "0:4", "1:" + huge}},
         {"nproc_per_node", {"", "-1", "0", huge, "abc", "1.5", "gpus"}},
         {"node_rank", {"", "-1", "1", huge, "abc", "1.5"}},
         {"master_addr", {"", " ", "a b"}},
@@ -1829,7 +1891,7 @@ std::vector<BadInput> bad_environment() {
         {"PET_NNODES", "abc"},
         {"PET_NNODES", "0"},
         {"PET_NNODES", "99999999999999999999"},
-        {"PET_NNODES", "1:4"},
+        {"PET_NNODES", "4:2"},
         {"PET_NPROC_PER_NODE", "-1"},
         {"PET_NODE_RANK", "x"},
         {"PET_MASTER_PORT", "99999"},
