@@ -175,6 +175,19 @@ TEST_F(ElasticTest, FewerThanMinNodesTimeOutNamingTheCount) {
         << r.describe();
 }
 
+TEST_F(ElasticTest, DryRunShowsThePlanAtMinAndAtMax) {
+    auto r =
+        run({"--dry-run", "--nnodes=2:4", "--nproc_per_node=2", "--node_rank=3", k_fake_worker});
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    const std::string all = r.out + r.err;
+    EXPECT_TRUE(contains(all, "at MIN: ddprun plan: 2 nodes x 2 workers per node = world_size 4"))
+        << r.describe();
+    EXPECT_TRUE(contains(all, "at MAX: ddprun plan: 4 nodes x 2 workers per node = world_size 8"))
+        << r.describe();
+    EXPECT_TRUE(contains(all, "ignored: an elastic job assigns node ranks")) << r.describe();
+    EXPECT_TRUE(recorded_pids().empty()) << "a dry run starts nothing";
+}
+
 // --- scale-up -------------------------------------------------------------------
 
 TEST_F(ElasticTest, ANewcomerRestartsEveryWorkerWithTheLargerWorld) {
