@@ -5,105 +5,21 @@
 //   Stopping    workers got the stop signal and their grace (a second signal kills)
 //   Killing     workers got SIGKILL; the round ends as soon as they are gone
 //   Done        between rounds
+// How the agent answers signals in each phase is in agent_signals.cpp.
 #include "ddprun/agent.hpp"
 
 #include <signal.h>
 #include <unistd.h>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cstdio>
-#include <map>
-#include <memory>
-#include <optional>
 
+#include "agent_impl.hpp"
 #include "ddprun/clock.hpp"
 #include "ddprun/logging.hpp"
-#include "ddprun/ports.hpp"
-#include "ddprun/process_tree.hpp"
 #include "ddprun/round_report.hpp"
-#include "ddprun/signal_reader.hpp"
 #include "ddprun/signals.hpp"
 
-namespace asio = boost::asio;
-
 namespace ddprun {
-namespace {
-
-// How a round ended for this node.
-struct RoundResult {
-    // Reformed: an elastic job's membership changed; the next round follows, no restart used.
-    enum class Kind { Succeeded, Failed, Stopped, Aborted, Reformed } kind = Kind::Succeeded;
-    int exit_code = 0;
-};
-
-}  // namespace
-
-struct Agent::Impl {
-    LaunchContext ctx;
-    ClusterFactory make_cluster;
-    asio::io_context io;
-    WorkerGroup workers;
-    std::unique_ptr<Cluster> cluster;
-    std::optional<SignalReader> signals;
-    SignalCopies signal_copies;
-    std::optional<PortReservation> port;  // MASTER_PORT, held for the round
-
-    enum class Phase { Connecting, Joining, Running, Stopping, Killing, Done } phase = Phase::Done;
-    int round = 0;
-    int node_rank = -1;   // -1 until the first join assigns it
-    int stop_signal = 0;  // the signal that stopped this agent, 0 if none
-    bool failure_published = false;
-    bool kill_requested = false;          // another node asked every node to kill its workers
-    bool left = false;                    // an elastic job's node leaving on a stop signal
-    std::optional<StopEvent> stop_event;  // how the round ended job-wide
-
-    Impl(LaunchContext context, ClusterFactory factory, WorkerGroup::Options worker_options)
-        : ctx(std::move(context)),
-          make_cluster(std::move(factory)),
-          workers(
-              io, ctx, [this] { finish_round_if_done(); }, worker_options) {
-        node_rank = ctx.config.nnodes > 1 ? ctx.config.node_rank.value_or(-1)
-                                          : ctx.config.node_rank.value_or(0);
-    }
-
-    template <class Done>
-    void run_until(Done done) {
-        // The signal reader always has a read pending, so run_one() blocks rather than spins.
-        io.restart();
-        while (!done()) io.run_one();
-    }
-
-    std::optional<int> open();
-    int run_rounds();  // every round, until the job's exit code is known
-    std::expected<RoundInfo, int> join();
-    RoundResult run_round(const RoundInfo& info);
-    RoundResult round_result();
-    int report_failure(const std::string& title);
-    // Every node's output goes to one console (srun's, mpirun's): one summary
-    // box for the job, on node 0, instead of a partial one per node.
-    bool shared_console() const {
-        return ctx.config.nnodes > 1 &&
-               (ctx.config.scheduler == "slurm" || ctx.config.scheduler == "mpi");
-    }
-
-    void on_signal(const ReceivedSignal& received);
-    // A forward-only signal relayed from Slurm's step daemon waits this long for
-    // the agent's direct copy, which says the workers have theirs already.
-    static constexpr std::chrono::milliseconds k_step_copy_window{200};
-    std::map<int, std::unique_ptr<asio::steady_timer>> held_forwards;  // by signal
-    void hold_forward(int signal);
-    // `workers_have_it`: Slurm's step daemon signalled the agent directly, so it
-    // signalled the workers too (see sent_by_step_daemon).
-    void on_stop_signal(int signal, bool workers_have_it = false);
-    void on_child_exit(pid_t pid, int status);
-    void on_round_stop(StopEvent event);
-    void begin_stop(int signal, bool workers_have_it = false);
-    void kill_now();
-    void finish_round_if_done();
-    void publish_failure(FailureRecord record);
-    void publish_signal(int signal, std::string message);
-};
 
 std::optional<int> Agent::Impl::open() {
     cluster = make_cluster(io, ctx);
@@ -234,125 +150,6 @@ int Agent::Impl::report_failure(const std::string& title) {
     std::fputs(summary->box.c_str(), stderr);
     std::fflush(stderr);
     return summary->exit_code;
-}
-
-void Agent::Impl::hold_forward(int signal) {
-    auto& timer = held_forwards[signal];
-    if (timer) return;  // one is held already: this is the same delivery
-    timer = std::make_unique<asio::steady_timer>(io, k_step_copy_window);
-    timer->async_wait([this, signal](boost::system::error_code ec) {
-        if (ec) return;
-        held_forwards.erase(signal);
-        workers.forward(signal);
-    });
-}
-
-void Agent::Impl::on_signal(const ReceivedSignal& received) {
-    const int signal = received.number;
-    if (signal == SIGCHLD) {
-        reap_exited([this](pid_t pid, int status) { on_child_exit(pid, status); });
-        return;
-    }
-    if (signal == parent_death_signal()) {
-        // The supervisor was SIGKILLed: the user wants everything gone, now, on every node
-        // (an elastic job's other nodes go on without this one).
-        spdlog::error("ddprun's supervisor was killed; killing {}",
-                      ctx.config.elastic() ? "this node's workers" : "every worker");
-        const std::string why =
-            fmt::format("the ddprun of node {} ({}) was killed (SIGKILL)", node_rank, ctx.host);
-        const Phase was = phase;
-        stop_signal = SIGKILL;
-        // In an elastic job this node leaves; the others go on.
-        if (was != Phase::Connecting && cluster->leave(SIGKILL)) {
-            left = true;
-        } else {
-            if (was == Phase::Joining) cluster->abort(why, exit_code::kSignalBase + SIGKILL);
-            if (was == Phase::Running || was == Phase::Stopping) publish_signal(SIGKILL, why);
-        }
-        kill_now();
-        return;
-    }
-    const auto& stops = ctx.config.stop_signals;
-    if (std::find(stops.begin(), stops.end(), signal) != stops.end())
-        return on_stop_signal(signal, !received.relayed && sent_by_step_daemon(received.sender));
-    // A forwarded-only signal (SIGUSR1/SIGUSR2 by default): pass it on, keep running;
-    // unless Slurm's step daemon gave the workers their own copy (see sent_by_step_daemon).
-    if (!sent_by_step_daemon(received.sender))
-        workers.forward(signal);
-    else if (received.relayed)
-        hold_forward(signal);  // the supervisor's copy came first: forwarded unless ours follows
-    if (phase == Phase::Running) cluster->broadcast_signal(signal);
-}
-
-void Agent::Impl::on_stop_signal(int signal, bool workers_have_it) {
-    switch (phase) {
-        case Phase::Connecting:
-            spdlog::info("received {} while connecting to the rendezvous store; giving up",
-                         signal_name(signal));
-            stop_signal = signal;
-            return;
-        case Phase::Joining:
-            if (cluster->leave(signal)) {
-                spdlog::info("received {} while waiting to join; leaving the job",
-                             signal_name(signal));
-                stop_signal = signal;
-                left = true;
-                return;
-            }
-            spdlog::info("received {} while the nodes were joining; giving up",
-                         signal_name(signal));
-            stop_signal = signal;
-            cluster->abort(fmt::format("node {} ({}) received {} while joining", node_rank,
-                                       ctx.host, signal_name(signal)),
-                           exit_code::kSignalBase + signal);
-            return;
-        case Phase::Running:
-            if (cluster->leave(signal)) {
-                // An elastic job goes on without this node.
-                spdlog::info(
-                    "received {}; leaving the job: stopping workers (send it again to kill them "
-                    "at once)",
-                    signal_name(signal));
-                stop_signal = signal;
-                left = true;
-                begin_stop(signal, workers_have_it);
-                return;
-            }
-            spdlog::info("received {}; stopping workers (send it again to kill them at once)",
-                         signal_name(signal));
-            stop_signal = signal;
-            begin_stop(signal, workers_have_it);
-            publish_signal(signal, fmt::format("the ddprun agent of node {} ({}) received {}",
-                                               node_rank, ctx.host, signal_name(signal)));
-            return;
-        case Phase::Stopping:
-            if (!stop_signal) {
-                // The workers are stopping already (another node's stop, or a failure here)
-                // and this is the first signal this node got: a scheduler's stop reaches every
-                // node, often after the one relayed through the store. One stop, one grace;
-                // only a second signal to this node kills.
-                spdlog::info(
-                    "received {}; the workers are already stopping (send it again to kill them "
-                    "at once)",
-                    signal_name(signal));
-                stop_signal = signal;
-                if (cluster->leave(signal)) {
-                    left = true;
-                    finish_round_if_done();
-                    return;
-                }
-                publish_signal(signal, fmt::format("the ddprun agent of node {} ({}) received {}",
-                                                   node_rank, ctx.host, signal_name(signal)));
-                return;
-            }
-            spdlog::info("received {} again; killing workers", signal_name(signal));
-            if (!left) cluster->publish_kill();  // a node that left kills only its own
-            kill_now();
-            return;
-        case Phase::Killing:
-        case Phase::Done:
-            return;
-    }
 }
 
 void Agent::Impl::on_child_exit(pid_t pid, int status) {

@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/records.hpp"
+
 namespace ddprun::detail {
 
 // A membership of thousands of nodes is a few MiB; past this it is not ours.
@@ -24,6 +26,8 @@ inline constexpr int k_max_json_depth = 16;
 inline constexpr std::size_t k_max_tail_lines = 20;
 inline constexpr std::size_t k_max_tail_line_bytes = 500;
 inline constexpr std::size_t k_max_message_bytes = 4000;
+// The largest count, rank or number a record may hold.
+inline constexpr int k_max_int = 1 << 30;
 
 // `text` cut to `limit` bytes, the cut marked with "...".
 std::string truncated(std::string_view text, std::size_t limit);
@@ -172,5 +176,9 @@ class FieldReader {
     const json& m_object;
     std::string m_error;
 };
+
+// A node's record as JSON, for the records that carry one (records.cpp).
+nlohmann::json node_json(const NodeInfo& info);
+std::expected<NodeInfo, std::string> node_from(const nlohmann::json& object);
 
 }  // namespace ddprun::detail

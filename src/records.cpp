@@ -20,10 +20,13 @@
 namespace ddprun {
 
 using detail::FieldReader;
+using detail::k_max_int;
 using detail::k_max_message_bytes;
 using detail::k_max_record_bytes;
 using detail::k_max_tail_line_bytes;
 using detail::k_max_tail_lines;
+using detail::node_from;
+using detail::node_json;
 using detail::parse_object;
 using detail::string_field;
 using detail::truncated;
@@ -33,8 +36,6 @@ namespace {
 
 // ---------------------------------------------------------------------------
 // The records' fields
-
-constexpr int k_max_int = 1 << 30;
 
 void add_fingerprint(json& object, const Fingerprint& fingerprint) {
     object["nnodes"] = fingerprint.nnodes;
@@ -58,6 +59,10 @@ void read_fingerprint(FieldReader& read, Fingerprint& fingerprint) {
     read.text("run_id", fingerprint.run_id);
     read.text("version", fingerprint.version);
 }
+
+}  // namespace
+
+namespace detail {
 
 json node_json(const NodeInfo& info) {
     json object = {{"node_rank", info.node_rank},
@@ -86,6 +91,10 @@ std::expected<NodeInfo, std::string> node_from(const json& object) {
     if (!read.ok()) return std::unexpected(read.error());
     return info;
 }
+
+}  // namespace detail
+
+namespace {
 
 constexpr std::pair<FailureKind, std::string_view> k_failure_kinds[] = {
     {FailureKind::Worker, "worker"},        {FailureKind::NodeLost, "node_lost"},
@@ -231,107 +240,6 @@ std::string reform_stop_json(const std::string& message, const std::string& run_
                 {"run_id", run_id},
                 {"message", truncated(message, k_max_message_bytes)}}
         .dump();
-}
-
-namespace {
-
-constexpr std::pair<ElasticEvent::Kind, std::string_view> k_event_kinds[] = {
-    {ElasticEvent::Kind::Join, "join"},
-    {ElasticEvent::Kind::Leave, "leave"},
-    {ElasticEvent::Kind::Close, "close"},
-};
-constexpr std::pair<ElasticAnswer::Kind, std::string_view> k_answer_kinds[] = {
-    {ElasticAnswer::Kind::Round, "round"},
-    {ElasticAnswer::Kind::Spare, "spare"},
-    {ElasticAnswer::Kind::Finished, "finished"},
-    {ElasticAnswer::Kind::Refused, "refused"},
-};
-
-template <class Kind, std::size_t N>
-std::string_view kind_name(const std::pair<Kind, std::string_view> (&kinds)[N], Kind kind) {
-    for (const auto& [value, name] : kinds)
-        if (value == kind) return name;
-    return kinds[0].second;
-}
-
-template <class Kind, std::size_t N>
-std::optional<Kind> kind_named(const std::pair<Kind, std::string_view> (&kinds)[N],
-                               std::string_view name) {
-    for (const auto& [value, text] : kinds)
-        if (text == name) return value;
-    return std::nullopt;
-}
-
-}  // namespace
-
-std::string join_event_json(int agent, int answer, const NodeInfo& node) {
-    return json{{"kind", "join"}, {"agent", agent}, {"answer", answer}, {"node", node_json(node)}}
-        .dump();
-}
-
-std::string leave_event_json(int agent, const std::string& why) {
-    return json{
-        {"kind", "leave"}, {"agent", agent}, {"message", truncated(why, k_max_message_bytes)}}
-        .dump();
-}
-
-std::string close_event_json(int agent, int exit_code, const std::string& message) {
-    return json{{"kind", "close"},
-                {"agent", agent},
-                {"exit_code", exit_code},
-                {"message", truncated(message, k_max_message_bytes)}}
-        .dump();
-}
-
-std::expected<ElasticEvent, std::string> parse_event(std::string_view text) {
-    auto object = parse_object(text);
-    if (!object) return std::unexpected(object.error());
-    ElasticEvent event;
-    auto kind = kind_named(k_event_kinds, string_field(*object, "kind"));
-    if (!kind)
-        return std::unexpected("field 'kind' is " + quote_value(string_field(*object, "kind")));
-    event.kind = *kind;
-    FieldReader read(*object);
-    read.integer("agent", event.agent, 0, k_max_int);
-    if (event.kind == ElasticEvent::Kind::Join) {
-        read.integer("answer", event.answer, 0, k_max_int);
-        if (!object->contains("node"))
-            return std::unexpected(std::string("field 'node' is missing"));
-        auto node = node_from((*object)["node"]);
-        if (!node) return std::unexpected(node.error());
-        event.node = std::move(*node);
-    } else {
-        read.line("message", event.message);
-        if (event.kind == ElasticEvent::Kind::Close)
-            read.integer("exit_code", event.exit_code, 0, 255);
-    }
-    if (!read.ok()) return std::unexpected(read.error());
-    return event;
-}
-
-std::string answer_json(const ElasticAnswer& answer) {
-    return json{{"kind", kind_name(k_answer_kinds, answer.kind)},
-                {"round", answer.round},
-                {"message", truncated(answer.message, k_max_message_bytes)},
-                {"exit_code", answer.exit_code}}
-        .dump();
-}
-
-std::expected<ElasticAnswer, std::string> parse_answer(std::string_view text) {
-    auto object = parse_object(text);
-    if (!object) return std::unexpected(object.error());
-    ElasticAnswer answer;
-    auto kind = kind_named(k_answer_kinds, string_field(*object, "kind"));
-    if (!kind)
-        return std::unexpected("field 'kind' is " + quote_value(string_field(*object, "kind")));
-    answer.kind = *kind;
-    FieldReader read(*object);
-    read.integer("round", answer.round, 0, k_max_int);
-    read.text("message", answer.message);
-    to_one_line(answer.message);
-    read.integer("exit_code", answer.exit_code, 0, 255);
-    if (!read.ok()) return std::unexpected(read.error());
-    return answer;
 }
 
 std::string outcomes_json(const std::vector<FailureRecord>& records, const std::string& run_id) {

@@ -294,6 +294,31 @@ TEST_F(ElasticTest, AStopSignalToOneNodeMakesItLeaveAndTheOthersGoOnAtOnce) {
         << describe_all(r);
 }
 
+TEST_F(ElasticTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnlyThose) {
+    Job job = elastic_job(2, 3);
+    job.flags = {"--shutdown_timeout=300"};  // a grace the test would notice
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int n = 1; n <= 3; ++n)
+        agents.push_back(start_at(job, n, recorders({"ignore-term", "sleep", "300"})));
+    ASSERT_TRUE(wait_round(0, 3, agents));
+    agents[2]->send_signal(SIGTERM);
+    ASSERT_TRUE(agents[2]->wait_for_output("leaving the job", 10s, true)) << stderr_of(agents);
+    agents[2]->send_signal(SIGTERM);
+    ASSERT_TRUE(agents[2]->wait_exit_for(10s)) << "the second signal did not kill at once\n"
+                                               << stderr_of(agents);
+    // The others' workers ignore SIGTERM too: their grace still runs (a kill would have
+    // ended it), so no new round yet; they are stopped by the test.
+    EXPECT_EQ(rounds().size(), 1u);
+    for (std::size_t i : {0u, 1u}) {
+        // One at a time: two signals pending at once are one.
+        agents[i]->send_signal(SIGTERM);
+        ASSERT_TRUE(agents[i]->wait_for_output("already stopping", 10s, true)) << stderr_of(agents);
+        agents[i]->send_signal(SIGTERM);
+    }
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
+}
+
 TEST_F(ElasticTest, BelowMinTheSurvivorsGiveUpAfterTheJoinTimeoutNamingTheLostNode) {
     Job job = elastic_job(2, 3);
     job.conf["join_timeout"] = "3";

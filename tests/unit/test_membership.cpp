@@ -271,6 +271,7 @@ TEST_F(Planner, AnAgentOfAnotherJobIsRefusedNamingTheField) {
     NodeInfo other = node(9);
     other.fingerprint.min_nnodes = 1;
     other.fingerprint.program = "./other";
+    other.fingerprint.last_call_ms = 5000;
     planner.join(9, other, at(3s));
     auto actions = planner.take_actions();
     ASSERT_EQ(actions.size(), 1u);
@@ -280,6 +281,9 @@ TEST_F(Planner, AnAgentOfAnotherJobIsRefusedNamingTheField) {
     EXPECT_TRUE(mentions(actions[0].message, "nnodes differ: 2:3 on node 0, 1:3 on this node"))
         << actions[0].message;
     EXPECT_TRUE(mentions(actions[0].message, "program and arguments differ")) << actions[0].message;
+    EXPECT_TRUE(
+        mentions(actions[0].message, "last_call_timeout differ: 1000 ms on node 0, 5000 ms"))
+        << actions[0].message;
     EXPECT_TRUE(planner.running()) << "the job goes on";
 }
 

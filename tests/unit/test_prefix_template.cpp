@@ -16,6 +16,7 @@ TEST(PrefixTemplate, ExpandsPlaceholders) {
     source.local_rank = 4;
     source.node_rank = 1;
     source.role = "trainer";
+    source.round = 3;
     struct Case {
         std::string tmpl;
         std::string expected;
@@ -25,6 +26,7 @@ TEST(PrefixTemplate, ExpandsPlaceholders) {
         {"[{rank}]: ", "[12]: "},
         {"{node_rank}/{local_rank} {role}|", "1/4 trainer|"},
         {"{rank}{rank}", "1212"},
+        {"[r{round} {rank}]: ", "[r3 12]: "},
         {"{{rank}}", "{rank}"},
         {"}}{{", "}{"},
         {"{{{rank}}}", "{12}"},
@@ -47,6 +49,7 @@ TEST(PrefixTemplate, ValidationNamesTheProblem) {
         {"", ""},
         {"[{rank}]: ", ""},
         {"{role}-{node_rank}-{local_rank}: ", ""},
+        {"{round}: ", ""},
         {"{{literal}} ", ""},
         {"[{rnk}]: ", "unknown placeholder {rnk}"},
         {"{}", "unknown placeholder {}"},

@@ -1,0 +1,97 @@
+// The agent's state (see agent.cpp for the state machine, agent_signals.cpp
+// for how signals are answered in each phase): shared by the two files that
+// implement Agent, and by nothing else.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <expected>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddprun/agent.hpp"
+#include "ddprun/ports.hpp"
+#include "ddprun/signal_reader.hpp"
+#include "ddprun/signals.hpp"
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+
+// How a round ended for this node.
+struct RoundResult {
+    // Reformed: an elastic job's membership changed; the next round follows, no restart used.
+    enum class Kind { Succeeded, Failed, Stopped, Aborted, Reformed } kind = Kind::Succeeded;
+    int exit_code = 0;
+};
+
+struct Agent::Impl {
+    LaunchContext ctx;
+    ClusterFactory make_cluster;
+    asio::io_context io;
+    WorkerGroup workers;
+    std::unique_ptr<Cluster> cluster;
+    std::optional<SignalReader> signals;
+    SignalCopies signal_copies;
+    std::optional<PortReservation> port;  // MASTER_PORT, held for the round
+
+    enum class Phase { Connecting, Joining, Running, Stopping, Killing, Done } phase = Phase::Done;
+    int round = 0;
+    int node_rank = -1;   // -1 until the first join assigns it
+    int stop_signal = 0;  // the signal that stopped this agent, 0 if none
+    bool failure_published = false;
+    bool kill_requested = false;          // another node asked every node to kill its workers
+    bool left = false;                    // an elastic job's node leaving on a stop signal
+    std::optional<StopEvent> stop_event;  // how the round ended job-wide
+
+    Impl(LaunchContext context, ClusterFactory factory, WorkerGroup::Options worker_options)
+        : ctx(std::move(context)),
+          make_cluster(std::move(factory)),
+          workers(
+              io, ctx, [this] { finish_round_if_done(); }, worker_options) {
+        node_rank = ctx.config.nnodes > 1 ? ctx.config.node_rank.value_or(-1)
+                                          : ctx.config.node_rank.value_or(0);
+    }
+
+    template <class Done>
+    void run_until(Done done) {
+        // The signal reader always has a read pending, so run_one() blocks rather than spins.
+        io.restart();
+        while (!done()) io.run_one();
+    }
+
+    std::optional<int> open();
+    int run_rounds();  // every round, until the job's exit code is known
+    std::expected<RoundInfo, int> join();
+    RoundResult run_round(const RoundInfo& info);
+    RoundResult round_result();
+    int report_failure(const std::string& title);
+    // Every node's output goes to one console (srun's, mpirun's): one summary
+    // box for the job, on node 0, instead of a partial one per node.
+    bool shared_console() const {
+        return ctx.config.nnodes > 1 &&
+               (ctx.config.scheduler == "slurm" || ctx.config.scheduler == "mpi");
+    }
+
+    void on_signal(const ReceivedSignal& received);
+    // A forward-only signal relayed from Slurm's step daemon waits this long for
+    // the agent's direct copy, which says the workers have theirs already.
+    static constexpr std::chrono::milliseconds k_step_copy_window{200};
+    std::map<int, std::unique_ptr<asio::steady_timer>> held_forwards;  // by signal
+    void hold_forward(int signal);
+    // `workers_have_it`: Slurm's step daemon signalled the agent directly, so it
+    // signalled the workers too (see sent_by_step_daemon).
+    void on_stop_signal(int signal, bool workers_have_it = false);
+    void on_child_exit(pid_t pid, int status);
+    void on_round_stop(StopEvent event);
+    void begin_stop(int signal, bool workers_have_it = false);
+    void kill_now();
+    void finish_round_if_done();
+    void publish_failure(FailureRecord record);
+    void publish_signal(int signal, std::string message);
+};
+
+}  // namespace ddprun

@@ -1,0 +1,166 @@
+// The Coordinator's heartbeat thread (see coordinator.hpp): it beats for this
+// agent, notices a kill or a broadcast signal another node published, and
+// watches for a lost node (the store's host watches the others) or a lost
+// store (the others watch the store's host). Kept apart from the rest of the
+// Coordinator because it is one loop with a concern of its own: liveness.
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include <cstdio>
+
+#include "ddprun/clock.hpp"
+#include "ddprun/coordinator.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/text.hpp"
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace ddprun {
+namespace {
+
+// Why an elastic job, which survives any other node, ends with node 0.
+constexpr const char* k_store_host_is_vital =
+    "; an elastic job survives the loss of any node but node 0, whose agent hosts the "
+    "rendezvous store with --rdzv_backend=c10d";
+
+}  // namespace
+
+void Coordinator::start_heartbeats(int node_rank, LostHandler on_lost) {
+    if (m_heartbeat.joinable()) return;
+    m_heartbeat = std::thread(
+        [this, node_rank, on_lost = std::move(on_lost)] { heartbeat_loop(node_rank, on_lost); });
+}
+
+void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
+    const auto timeout = m_options.heartbeat_timeout;
+    // Several beats per timeout, so that one late beat is not a lost node.
+    const auto interval = std::max<std::chrono::milliseconds>(timeout / 5, 50ms);
+    const bool host = m_options.store.is_server;
+    std::unique_ptr<Store> store;
+    try {
+        StoreOptions client = m_options.store;
+        store = m_store->clone();
+    } catch (const StoreError& e) {
+        asio::post(m_io, [on_lost, msg = std::string(e.what())] { on_lost(msg); });
+        return;
+    }
+    Rendezvous rendezvous(*store, m_options.run_id);
+    // An elastic agent beats under its id from its arrival on (spares too); the leader
+    // watches the others, the others watch the leader.
+    const bool elastic = m_options.elastic;
+    std::optional<ElasticMember> member;
+    if (elastic) member.emplace(*store, m_options.run_id, m_agent);
+    int round = elastic ? -2 : -1;
+    std::unique_ptr<HeartbeatMonitor> monitor;
+    bool reported = false;
+    std::int64_t seq = 0;
+    std::int64_t signals_seen = 0;
+    bool kill_seen = false;
+    m_beat_done_ms = steady_ms();
+    std::unique_lock lock(m_mutex);
+    while (!m_closing) {
+        lock.unlock();
+        auto now = HeartbeatMonitor::Clock::now();
+        try {
+            if (elastic && round == -2) {
+                round = -1;  // before the first round: beat and watch the leader only
+                monitor = std::make_unique<HeartbeatMonitor>(
+                    host ? std::vector<int>{} : std::vector<int>{0}, timeout, now);
+            }
+            if (m_round != round) {
+                round = m_round;
+                signals_seen = 0;
+                kill_seen = false;
+                std::vector<int> watched;
+                if (elastic) {
+                    if (!host) watched.push_back(0);
+                } else if (host) {
+                    for (int node = 0; node < nnodes(); ++node)
+                        if (node != node_rank) watched.push_back(node);
+                } else {
+                    watched.push_back(0);
+                }
+                monitor = std::make_unique<HeartbeatMonitor>(watched, timeout, now);
+                reported = false;
+            }
+            if (elastic)
+                store->set(member->heartbeat_key(host), std::to_string(++seq));
+            else
+                rendezvous.beat(round, node_rank, ++seq);
+            if (round < 0) {
+                // Not in a round yet (an elastic agent waiting to join).
+            } else if (m_on_kill && !kill_seen && store->check({rendezvous.key(round, "kill")})) {
+                kill_seen = true;
+                asio::post(m_io, [this] { m_on_kill(); });
+            }
+            if (m_on_signal && round >= 0) {
+                // Signals other agents broadcast since the last beat (--broadcast-signals).
+                std::int64_t count = store->add(rendezvous.key(round, "signals"), 0);
+                for (; signals_seen < count; ++signals_seen) {
+                    auto text = store->get(
+                        rendezvous.key(round, fmt::format("signal/{}", signals_seen + 1)));
+                    int signal = 0;
+                    int origin = -1;
+                    if (std::sscanf(text.c_str(), "%d %d", &signal, &origin) != 2 || signal <= 0 ||
+                        signal >= 65)
+                        continue;  // not ours to trust; never a reason to fail the job
+                    if (origin == (elastic ? m_agent : node_rank))
+                        continue;  // forwarded here already
+                    asio::post(m_io, [this, signal] { m_on_signal(signal); });
+                }
+            }
+            if (elastic) {
+                if (!host) {
+                    const std::string leader_key = elastic_key(m_options.run_id, "hb/host");
+                    std::optional<std::int64_t> beat;
+                    if (store->check({leader_key})) beat = to_integer(store->get(leader_key));
+                    monitor->observe(0, beat, now);
+                }
+            } else if (host) {
+                auto beats = rendezvous.read_heartbeats(round, nnodes());
+                for (int node = 0; node < nnodes(); ++node)
+                    if (node != node_rank)
+                        monitor->observe(node, beats.at(static_cast<std::size_t>(node)), now);
+            } else {
+                monitor->observe(0, rendezvous.read_heartbeat(round, 0), now);
+            }
+            auto stale = monitor->stale(HeartbeatMonitor::Clock::now());
+            if (!stale.empty() && !reported) {
+                reported = true;
+                if (elastic) {
+                    std::string msg = fmt::format(
+                        "the store's host (node 0) stopped answering (no heartbeat for {} ms){}",
+                        timeout.count(), k_store_host_is_vital);
+                    asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+                } else if (host) {
+                    FailureRecord record;
+                    record.kind = FailureKind::NodeLost;
+                    record.node_rank = stale.front();
+                    record.exit_code = exit_code::kRendezvous;
+                    record.time_ms = wall_ms();
+                    record.message = fmt::format(
+                        "node {} stopped answering (no heartbeat for {} ms: killed, frozen or "
+                        "cut off)",
+                        stale.front(), timeout.count());
+                    rendezvous.publish_failure(round, record);
+                } else {
+                    std::string msg = fmt::format(
+                        "the store's host (node 0) stopped answering (no heartbeat for {} ms)",
+                        timeout.count());
+                    asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+                }
+            }
+        } catch (const StoreError& e) {
+            std::string msg = std::string("lost the rendezvous store: ") + e.what();
+            if (elastic) msg += k_store_host_is_vital;
+            asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+            return;
+        }
+        m_beat_done_ms = steady_ms();
+        lock.lock();
+        m_wake.wait_for(lock, interval, [this] { return m_closing.load(); });
+    }
+}
+
+}  // namespace ddprun
