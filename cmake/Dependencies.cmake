@@ -6,6 +6,8 @@ find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
+# The etcd backend: base64 now, TLS to the cluster (libssl-dev).
+find_package(OpenSSL REQUIRED)
 
 if(DDPRUN_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -25,6 +25,9 @@ packages=(
   # real schedulers for the integration tests (tests/integration/slurm_*,
   # mpi_*): the harness starts munged, slurmctld and two slurmd itself
   slurm-wlm munge openmpi-bin
+  # the etcd rendezvous backend: TLS through OpenSSL; a real etcd (and etcdctl,
+  # openssl for a test CA) that the tests start themselves
+  libssl-dev openssl etcd-server etcd-client
 )
 
 installed() {
@@ -58,7 +61,7 @@ apt_get=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -y -q
 # bare image has empty package lists and a long-lived one may have stale ones.
 "${apt_get[@]}" update
 
-# slurm-wlm and munge start their daemons from their postinst; the tests
+# slurm-wlm, munge and etcd-server start their daemons from their postinst; the tests
 # start their own (temp dirs, free ports) and the machine's must not be left
 # running. policy-rc.d (exit 101: "action forbidden") stops invoke-rc.d for
 # the duration of the install; one that was already there is left alone.

@@ -160,6 +160,15 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     b.set("rdzv_endpoint", config.rdzv_endpoint, parse_endpoint);
     b.set("rdzv_id", config.rdzv_id, [](const Setting& s) { return parse_nonempty(s, "job42"); });
     b.set("rdzv_conf", config.rendezvous, parse_rdzv_conf);
+    if (!b.error() && config.rdzv_backend != "etcd" &&
+        config.rdzv_endpoint.find(',') != std::string::npos)
+        b.fail(b.find("rdzv_endpoint")
+                   ->error_hint("several endpoints are the members of an etcd cluster",
+                                "add --rdzv_backend=etcd, or give one HOST:PORT"));
+    if (!b.error() && config.rdzv_backend == "etcd" && config.elastic())
+        b.fail(b.find("rdzv_backend")
+                   ->error_hint("elastic jobs (--nnodes=MIN:MAX) over etcd are not supported yet",
+                                "use --rdzv_backend=c10d for an elastic job"));
     if (standalone) {
         config.standalone = true;
         config.rdzv_backend = "c10d";

@@ -158,16 +158,29 @@ Parsed<std::string> parse_host(const Setting& s, std::string_view example, bool 
 }
 
 Parsed<std::string> parse_backend(const Setting& s) {
-    if (s.value == "static" || s.value == "c10d") return s.value;
-    if (s.value == "etcd" || s.value == "etcd-v2")
-        return std::unexpected(
-            s.error("etcd is not supported; ddprun hosts its own store", "c10d"));
-    return std::unexpected(s.error("unknown backend (use static or c10d)", "c10d"));
+    if (s.value == "static" || s.value == "c10d" || s.value == "etcd") return s.value;
+    if (s.value == "etcd-v2")
+        return std::unexpected(s.error(
+            "ddprun speaks etcd's v3 API (etcd 3.4 and later), which etcd 3.6 keeps and v2 does "
+            "not: use --rdzv_backend=etcd",
+            "etcd"));
+    return std::unexpected(s.error("unknown backend (use static, c10d or etcd)", "c10d"));
 }
 
 Parsed<std::string> parse_endpoint(const Setting& s) {
     std::string_view value = trim(s.value);
     if (value.empty()) return std::string{};
+    // Several endpoints, comma-separated: the members of one etcd cluster.
+    if (value.find(',') != std::string_view::npos) {
+        for (std::string_view item : split(value, ',')) {
+            Setting one = s;
+            one.value = std::string(trim(item));
+            if (one.value.empty())
+                return std::unexpected(s.error("an empty endpoint in the list", "h1:2379,h2:2379"));
+            if (auto checked = parse_endpoint(one); !checked) return checked;
+        }
+        return std::string(value);
+    }
     std::string_view host = value;
     std::optional<std::string_view> port;
     if (value.starts_with('[')) {  // [::1]:29400

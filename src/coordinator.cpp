@@ -25,7 +25,7 @@ constexpr std::chrono::milliseconds k_wait_slice{500};
 std::expected<std::unique_ptr<Coordinator>, Error> Coordinator::open(asio::io_context& io,
                                                                      Options options) {
     try {
-        auto store = open_tcp_store(options.store);
+        auto store = options.etcd ? open_etcd_store(*options.etcd) : open_tcp_store(options.store);
         return std::unique_ptr<Coordinator>(
             new Coordinator(io, std::move(options), std::move(store)));
     } catch (const StoreError& e) {
@@ -144,8 +144,8 @@ void Coordinator::join(int round, int node_rank, int master_port, JoinDone done)
     }
     m_round = round;
     asio::post(*m_ops, [this, round, me, done = std::move(done)] {
-        auto result =
-            m_ops_rendezvous->join(round, me, m_options.store.is_server, m_options.join_timeout);
+        auto result = m_ops_rendezvous->join(round, me, m_options.store.is_server,
+                                             m_options.join_timeout, !m_options.etcd);
         asio::post(m_io, [done, result = std::move(result)] { done(result); });
     });
 }
@@ -251,6 +251,8 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
 }
 
 std::optional<Error> Coordinator::check_run_id() {
+    // An etcd cluster serves many jobs, each under its own run id's keys.
+    if (m_options.etcd) return std::nullopt;
     // The value names who wrote it and what they run: "<run id>\n<node>\n<program>".
     const std::string& mine = m_options.run_id;
     const std::string me = fmt::format("node {} ({})", m_options.me.node_rank, m_options.me.host);

@@ -36,7 +36,8 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     const auto timeout = m_options.heartbeat_timeout;
     // Several beats per timeout, so that one late beat is not a lost node.
     const auto interval = std::max<std::chrono::milliseconds>(timeout / 5, 50ms);
-    const bool host = m_options.store.is_server;
+    // Who watches the others: the store's host; on etcd, which no agent hosts, node 0.
+    const bool host = m_options.etcd ? node_rank == 0 : m_options.store.is_server;
     std::unique_ptr<Store> store;
     try {
         StoreOptions client = m_options.store;
@@ -133,7 +134,8 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                         "the store's host (node 0) stopped answering (no heartbeat for {} ms){}",
                         timeout.count(), k_store_host_is_vital);
                     asio::post(m_io, [on_lost, msg] { on_lost(msg); });
-                } else if (host) {
+                } else if (host || m_options.etcd) {
+                    // On etcd node 0 is a node like any other: its loss is a node's loss.
                     FailureRecord record;
                     record.kind = FailureKind::NodeLost;
                     record.node_rank = stale.front();

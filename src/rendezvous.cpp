@@ -115,7 +115,7 @@ std::string Rendezvous::key(int round, std::string_view name) const {
 }
 
 std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, bool is_store_host,
-                                                       milliseconds timeout) {
+                                                       milliseconds timeout, bool hosted) {
     const auto start = Clock::now();
     m_join = {round, &me, start, start + timeout, start + m_progress_interval};
     const int nnodes = me.fingerprint.nnodes;
@@ -125,7 +125,8 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
             if (is_store_host) {
                 me.node_rank = 0;
             } else {
-                std::int64_t assigned = m_store.add(key(round, "assign"), 1);
+                // The store's host is node 0; without one the first to come is.
+                std::int64_t assigned = m_store.add(key(round, "assign"), 1) - (hosted ? 0 : 1);
                 if (assigned >= nnodes) {
                     return std::unexpected(rendezvous_error(fmt::format(
                         "rendezvous: more agents than --nnodes={} joined round {} of run {}; "

@@ -168,10 +168,26 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     const auto& config = m_ctx.config;
     const RendezvousSettings& settings = config.rendezvous;
     Coordinator::Options options;
-    auto split = split_endpoint(
-        config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint, 29400);
+    const bool etcd = config.rdzv_backend == "etcd";
+    const std::string endpoints =
+        config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint;
+    auto split = split_endpoint(endpoints.substr(0, endpoints.find(',')), etcd ? 2379 : 29400);
     if (!split) return std::unexpected(split.error());
     const Endpoint& endpoint = *split;
+    if (etcd) {
+        EtcdStoreOptions store;
+        for (std::size_t at = 0; at <= endpoints.size();) {
+            auto comma = std::min(endpoints.find(',', at), endpoints.size());
+            auto member = split_endpoint(endpoints.substr(at, comma - at), 2379);
+            if (!member) return std::unexpected(member.error());
+            store.client.endpoints.push_back(*member);
+            at = comma + 1;
+        }
+        store.client.timeout = settings.read_timeout;
+        if (auto prefix = settings.other.find("prefix"); prefix != settings.other.end())
+            store.prefix = prefix->second;
+        options.etcd = std::move(store);
+    }
     options.store.host = endpoint.host;
     options.store.port = endpoint.port;
     options.store.timeout = settings.read_timeout;
@@ -183,7 +199,8 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     NodeInfo& me = options.me;
     me.node_rank = config.node_rank.value_or(-1);
     me.host = m_ctx.host;
-    me.addr = config.local_addr.empty() ? endpoint.host : config.local_addr;
+    // Node 0's address is MASTER_ADDR: the store's host's (c10d), or its own (etcd).
+    me.addr = !config.local_addr.empty() ? config.local_addr : etcd ? m_ctx.host : endpoint.host;
     me.nproc = m_ctx.nproc;
     me.pid = ::getpid();
     me.fingerprint.nnodes = config.nnodes;
@@ -206,7 +223,7 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     // the first agent on the endpoint's machine to bind its port.
     std::optional<bool> is_host = settings.is_host;
     if (!is_host && config.node_rank) is_host = *config.node_rank == 0;
-    options.store.is_server = is_host.value_or(is_local_host(endpoint.host));
+    options.store.is_server = !etcd && is_host.value_or(is_local_host(endpoint.host));
     return options;
 }
 
@@ -226,7 +243,8 @@ void StoreCluster::open(Opened done) {
     // that it was not abandoned: the cluster may be gone by the time a store call returns.
     m_opener = std::thread([this, &io = m_io, attempt = m_open_attempt, opts, may_fall_back,
                             config = m_ctx.config, done = std::move(done)]() mutable {
-        auto unresolved = check_store_host(config, opts.store.host);
+        // An etcd cluster's members are reported by the store itself, each in its line.
+        auto unresolved = opts.etcd ? std::nullopt : check_store_host(config, opts.store.host);
         auto opened = unresolved
                           ? decltype(Coordinator::open(io, opts))(std::unexpected(*unresolved))
                           : Coordinator::open(io, opts);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ddprun/elastic.hpp"
+#include "ddprun/etcd_store.hpp"
 #include "ddprun/rendezvous.hpp"
 #include "ddprun/store.hpp"
 
@@ -34,6 +35,9 @@ class Coordinator {
   public:
     struct Options {
         StoreOptions store;  // the rendezvous endpoint; is_server on the store's host
+        // --rdzv_backend=etcd: the cluster instead (store.host/port: its first member,
+        // for messages); no agent hosts the store, node 0 watches the others.
+        std::optional<EtcdStoreOptions> etcd;
         std::string run_id;
         NodeInfo me;  // node_rank -1: assigned at join
         std::chrono::milliseconds join_timeout{600000};

@@ -54,8 +54,11 @@ class Rendezvous {
     // round, when two agents claim the same node rank (naming both hosts), when
     // the fingerprints differ (naming the field, its values and the nodes), on
     // timeout (naming the node ranks that never joined), or after abort().
+    // `hosted`: an agent hosts the store (c10d); without one (etcd) ranks are
+    // assigned 0..n-1 in join order.
     std::expected<RoundMembership, Error> join(int round, NodeInfo me, bool is_store_host,
-                                               std::chrono::milliseconds timeout);
+                                               std::chrono::milliseconds timeout,
+                                               bool hosted = true);
 
     // Gives the round up (e.g. the agent got SIGTERM): agents still in join()
     // fail with `message`, and wait_stop() returns Abort, unless the round

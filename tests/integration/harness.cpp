@@ -708,7 +708,8 @@ std::vector<ProcessInfo> IntegrationTest::live_job_processes() const {
     for (pid_t pid : recorded_pids()) {
         if (is_fake_worker(pid)) candidates.insert(pid);
     }
-    for (pid_t pid : children_of_self()) candidates.insert(pid);
+    for (pid_t pid : children_of_self())
+        if (!m_services.contains(pid)) candidates.insert(pid);
     std::vector<ProcessInfo> live;
     for (pid_t pid : candidates) {
         auto info = process_info(pid);
@@ -770,11 +771,14 @@ void IntegrationTest::assert_no_leftovers() {
 
     // Clean up whatever is left so one failing test does not leak into the next.
     for (const auto& info : live_job_processes()) ::kill(info.pid, SIGKILL);
+    // Every child reaped, but the test's services (they outlive a test; their owner stops them).
     wait_until(
-        [] {
-            int status = 0;
-            pid_t pid = ::waitpid(-1, &status, WNOHANG);
-            return pid < 0 && errno == ECHILD;
+        [this] {
+            auto children = children_of_self();
+            reap_zombies(children);
+            return std::all_of(children.begin(), children.end(), [this](pid_t pid) {
+                return m_services.contains(pid) || !process_alive(pid);
+            });
         },
         5s);
 }

@@ -240,6 +240,10 @@ class IntegrationTest : public ::testing::Test {
     // away instead of having to be gone the moment it died.
     void expect_orphans_to_clean_up() { m_orphans_allowed_grace = true; }
 
+    // A service the test started itself (an etcd): a child of the test that is
+    // not part of any job, so never a leftover. The test stops it by pid.
+    void add_service(pid_t pid) { m_services.insert(pid); }
+
     std::string m_dir;
     std::string m_pidfile;
 
@@ -251,6 +255,7 @@ class IntegrationTest : public ::testing::Test {
     std::vector<ProcessInfo> m_survivors;  // alive right after some ddprun exited
     std::set<pid_t> m_running;             // ddprun processes this test started that still run
     bool m_orphans_allowed_grace = false;
+    std::set<pid_t> m_services;
 };
 
 // fake_worker actions: every worker of the job reports ready ("<dir>/ready.<rank>");

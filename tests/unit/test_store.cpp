@@ -1,6 +1,7 @@
-// The Store contract every agent relies on, checked against both stores: the
-// in-process MemoryStore the rendezvous tests use, and the real c10d TCPStore
-// through the plugin (skipped when this build has no libtorch). The TCPStore
+// The Store contract every agent relies on, checked against every store: the
+// in-process MemoryStore the rendezvous tests use, the real c10d TCPStore
+// through the plugin (skipped when this build has no libtorch), and a real etcd
+// the test starts (skipped, saying why, where etcd is not installed). The TCPStore
 // tests also pin down the c10d 1.13 quirks the plugin hides, the errors a user
 // sees, and that libtorch is not loaded before a store is opened.
 #include "ddprun/store.hpp"
@@ -25,8 +26,11 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ddprun/etcd_store.hpp"
+#include "support/etcd_server.hpp"
 #include "support/memory_store.hpp"
 
 namespace ddprun {
@@ -90,6 +94,19 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
     void SetUp() override {
         if (GetParam() == "memory") {
             m.host = make_memory_store(k_timeout);
+            m.store = m.host->clone();
+            m.other = m.host->clone();
+            return;
+        }
+        if (GetParam() == "etcd") {
+            static EtcdCluster etcd;  // one for the whole suite; each test its own prefix
+            if (!etcd.ready()) GTEST_SKIP() << etcd.error();
+            static int test_number = 0;
+            EtcdStoreOptions options;
+            options.client.endpoints = {{"127.0.0.1", etcd.client_ports().front()}};
+            options.client.timeout = k_timeout;
+            options.prefix = fmt::format("/contract{}/", ++test_number);
+            m.host = open_etcd_store(options);
             m.store = m.host->clone();
             m.other = m.host->clone();
             return;
@@ -246,7 +263,7 @@ TEST_P(StoreContract, CloneIsAnotherConnectionToTheSameData) {
     EXPECT_EQ(host_clone->get("from clone"), "2");
 }
 
-INSTANTIATE_TEST_SUITE_P(Store, StoreContract, ::testing::Values("memory", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Store, StoreContract, ::testing::Values("memory", "tcp", "etcd"),
                          [](const auto& param_info) { return param_info.param; });
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,71 @@
+// EtcdClient: calls to etcd's v3 API through its JSON gateway (/v3/kv/range,
+// /v3/kv/put, /v3/kv/txn, /v3/watch, ...), one HTTP/1.1 connection at a time,
+// for the etcd rendezvous backend (etcd_store.hpp).
+//
+// Why the JSON gateway over Boost.Beast, and not gRPC: Beast is already part
+// of the Boost the project depends on, the gateway is served by every etcd
+// 3.4+ on its client port, and it keeps the agent free of gRPC's and
+// protobuf's start-up cost and memory (the point of the backend is an agent
+// that costs what a single-node one does). nlohmann-json reads the answers;
+// no HTTP is parsed by hand.
+//
+// Several endpoints are members of one etcd cluster: a member that refuses
+// the connection, fails or does not answer within the call's bound is
+// skipped for the next one. Errors are StoreError (store.hpp): Connection when
+// no member answers, Timeout when a watch saw nothing within its bound, Other
+// when etcd refused the request.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ddprun/ports.hpp"
+#include "ddprun/store.hpp"
+
+namespace ddprun {
+
+struct EtcdOptions {
+    std::vector<Endpoint> endpoints;           // members of one cluster
+    std::chrono::milliseconds timeout{30000};  // each call, connecting included
+};
+
+class EtcdClient {
+  public:
+    explicit EtcdClient(EtcdOptions options);
+    ~EtcdClient();
+    EtcdClient(const EtcdClient&) = delete;
+    EtcdClient& operator=(const EtcdClient&) = delete;
+
+    // POSTs `body` to `path` (e.g. "/v3/kv/range") on the current member, the
+    // next ones if it fails, and returns the answer. Throws StoreError.
+    nlohmann::json call(const std::string& path, const nlohmann::json& body);
+
+    // Watches `key` (raw, not base64) from `start_revision` on: returns once an
+    // event for it arrives, or throws StoreError Timeout at `deadline`.
+    void watch_for_put(const std::string& key, std::int64_t start_revision,
+                       std::chrono::steady_clock::time_point deadline);
+
+    // The member answering now ("127.0.0.1:2379"), for messages.
+    std::string current_endpoint() const;
+    const EtcdOptions& options() const { return m_options; }
+
+  private:
+    struct Connection;
+    std::unique_ptr<Connection> connect_any(std::chrono::steady_clock::time_point deadline);
+
+    EtcdOptions m_options;
+    std::size_t m_current = 0;  // the member tried first
+    std::unique_ptr<Connection> m_connection;
+};
+
+// base64, as the gateway carries keys and values.
+std::string etcd_base64(const std::string& raw);
+std::string etcd_unbase64(const std::string& text);
+
+}  // namespace ddprun

@@ -1,0 +1,227 @@
+// Calls to etcd's v3 JSON gateway over Boost.Beast (see etcd_client.hpp).
+#include "ddprun/etcd_client.hpp"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <fmt/format.h>
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string describe(const Endpoint& endpoint) {
+    return fmt::format("{}:{}", endpoint.host, endpoint.port);
+}
+
+// What a member that answered an HTTP error, or not JSON, said: one line.
+std::string refusal(const std::string& endpoint, unsigned status, const std::string& body) {
+    auto answer = json::parse(body, nullptr, false);
+    if (answer.is_object()) {
+        for (const char* field : {"message", "error"})
+            if (answer.contains(field) && answer[field].is_string())
+                return fmt::format("etcd at {} refused the request: {}", endpoint,
+                                   answer[field].get<std::string>());
+    }
+    std::string text = body.substr(0, 80);
+    std::replace_if(
+        text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }, ' ');
+    return fmt::format("{} is not etcd's v3 API (HTTP {}: '{}'); check --rdzv_endpoint", endpoint,
+                       status, text);
+}
+
+}  // namespace
+
+std::string etcd_base64(const std::string& raw) {
+    std::string out(4 * ((raw.size() + 2) / 3) + 1, '\0');
+    int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                            reinterpret_cast<const unsigned char*>(raw.data()),
+                            static_cast<int>(raw.size()));
+    out.resize(static_cast<std::size_t>(n));
+    return out;
+}
+
+std::string etcd_unbase64(const std::string& text) {
+    if (text.empty()) return {};
+    std::string out(3 * (text.size() / 4) + 3, '\0');
+    int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                            reinterpret_cast<const unsigned char*>(text.data()),
+                            static_cast<int>(text.size()));
+    if (n < 0) throw StoreError(StoreError::Kind::Other, "etcd sent a value that is not base64");
+    // EVP_DecodeBlock counts the padding as zero bytes.
+    std::size_t padding = 0;
+    for (auto it = text.rbegin(); it != text.rend() && *it == '='; ++it) ++padding;
+    out.resize(static_cast<std::size_t>(n) - std::min<std::size_t>(padding, 2));
+    return out;
+}
+
+struct EtcdClient::Connection {
+    asio::io_context io;
+    beast::tcp_stream stream{io};
+    beast::flat_buffer buffer;
+    std::string endpoint;  // "host:port"
+
+    // Runs one operation to its end. Beast bounds only asynchronous operations
+    // (stream.expires_at): each is started, then run on this connection's own
+    // io_context, so a member that never answers costs the call's bound, no more.
+    template <class Start>
+    beast::error_code run(Start start) {
+        beast::error_code result;
+        start([&result](beast::error_code ec, auto&&...) { result = ec; });
+        io.restart();
+        io.run();
+        return result;
+    }
+};
+
+EtcdClient::EtcdClient(EtcdOptions options) : m_options(std::move(options)) {
+    if (m_options.endpoints.empty())
+        throw StoreError(StoreError::Kind::Other, "no etcd endpoint given (--rdzv_endpoint)");
+}
+
+EtcdClient::~EtcdClient() = default;
+
+std::string EtcdClient::current_endpoint() const {
+    return describe(m_options.endpoints[m_current % m_options.endpoints.size()]);
+}
+
+// Tries each member once, from the current one on, sharing what is left of
+// the call's time between those not yet tried.
+std::unique_ptr<EtcdClient::Connection> EtcdClient::connect_any(Clock::time_point deadline) {
+    const std::size_t count = m_options.endpoints.size();
+    std::string errors;
+    for (std::size_t tried = 0; tried < count; ++tried) {
+        const std::size_t index = (m_current + tried) % count;
+        const Endpoint& endpoint = m_options.endpoints[index];
+        auto left = deadline - Clock::now();
+        if (left <= Clock::duration::zero()) break;
+        auto connection = std::make_unique<Connection>();
+        connection->endpoint = describe(endpoint);
+        beast::error_code ec;
+        asio::ip::tcp::resolver resolver(connection->io);
+        auto addresses = resolver.resolve(endpoint.host, std::to_string(endpoint.port), ec);
+        if (!ec) {
+            connection->stream.expires_after(left / static_cast<long>(count - tried));
+            ec = connection->run(
+                [&](auto done) { connection->stream.async_connect(addresses, std::move(done)); });
+        }
+        if (!ec) {
+            m_current = index;
+            return connection;
+        }
+        errors +=
+            fmt::format("{}{}: {}", errors.empty() ? "" : "; ", describe(endpoint), ec.message());
+    }
+    m_current = (m_current + 1) % count;
+    throw StoreError(StoreError::Kind::Connection,
+                     fmt::format("no etcd answers at --rdzv_endpoint ({})",
+                                 errors.empty() ? "timed out" : errors));
+}
+
+json EtcdClient::call(const std::string& path, const json& body) {
+    const auto deadline = Clock::now() + m_options.timeout;
+    const std::size_t count = m_options.endpoints.size();
+    std::string errors;
+    for (std::size_t attempt = 0; attempt < count && Clock::now() < deadline; ++attempt) {
+        if (!m_connection) m_connection = connect_any(deadline);
+        Connection& c = *m_connection;
+        http::request<http::string_body> request{http::verb::post, path, 11};
+        request.set(http::field::host, c.endpoint);
+        request.set(http::field::content_type, "application/json");
+        request.keep_alive(true);
+        request.body() = body.dump();
+        request.prepare_payload();
+        http::response<http::string_body> response;
+        beast::error_code ec;
+        c.stream.expires_after((deadline - Clock::now()) / static_cast<long>(count - attempt));
+        ec = c.run([&](auto done) { http::async_write(c.stream, request, std::move(done)); });
+        if (!ec)
+            ec = c.run([&](auto done) {
+                http::async_read(c.stream, c.buffer, response, std::move(done));
+            });
+        if (ec) {
+            // This member failed or does not answer: the next one, within the call's time.
+            errors += fmt::format("{}{}: {}", errors.empty() ? "" : "; ", c.endpoint, ec.message());
+            m_connection.reset();
+            m_current = (m_current + 1) % count;
+            continue;
+        }
+        if (!response.keep_alive()) m_connection.reset();
+        auto answer = json::parse(response.body(), nullptr, false);
+        if (response.result() != http::status::ok || !answer.is_object())
+            throw StoreError(StoreError::Kind::Other,
+                             refusal(c.endpoint, response.result_int(), response.body()));
+        return answer;
+    }
+    throw StoreError(StoreError::Kind::Connection,
+                     fmt::format("no etcd member answered within {} ms ({})",
+                                 m_options.timeout.count(), errors.empty() ? "timed out" : errors));
+}
+
+void EtcdClient::watch_for_put(const std::string& key, std::int64_t start_revision,
+                               Clock::time_point deadline) {
+    const json request_body = {
+        {"create_request", {{"key", etcd_base64(key)}, {"start_revision", start_revision}}}};
+    // A watch is a response that never ends: a connection of its own, closed after.
+    while (Clock::now() < deadline) {
+        auto connection = connect_any(deadline);
+        Connection& c = *connection;
+        http::request<http::string_body> request{http::verb::post, "/v3/watch", 11};
+        request.set(http::field::host, c.endpoint);
+        request.set(http::field::content_type, "application/json");
+        request.body() = request_body.dump();
+        request.prepare_payload();
+        http::response_parser<http::string_body> parser;
+        parser.body_limit(boost::none);
+        beast::error_code ec;
+        c.stream.expires_at(deadline);
+        ec = c.run([&](auto done) { http::async_write(c.stream, request, std::move(done)); });
+        if (!ec)
+            ec = c.run([&](auto done) {
+                http::async_read_header(c.stream, c.buffer, parser, std::move(done));
+            });
+        if (!ec && parser.get().result() != http::status::ok) {
+            ec = c.run(
+                [&](auto done) { http::async_read(c.stream, c.buffer, parser, std::move(done)); });
+            throw StoreError(StoreError::Kind::Other,
+                             refusal(c.endpoint, parser.get().result_int(), parser.get().body()));
+        }
+        // One JSON message per line; an event in one means the key was written.
+        std::size_t parsed = 0;
+        while (!ec && !parser.is_done()) {
+            ec = c.run([&](auto done) {
+                http::async_read_some(c.stream, c.buffer, parser, std::move(done));
+            });
+            const std::string& text = parser.get().body();
+            for (auto newline = text.find('\n', parsed); newline != std::string::npos;
+                 newline = text.find('\n', parsed)) {
+                auto message = json::parse(text.substr(parsed, newline - parsed), nullptr, false);
+                parsed = newline + 1;
+                if (!message.is_object() || !message.contains("result")) continue;
+                const json& result = message["result"];
+                if (result.contains("events") && result["events"].is_array()) {
+                    for (const json& event : result["events"])
+                        if (!event.contains("type") || event["type"] == "PUT") return;
+                }
+            }
+        }
+        if (ec == beast::error::timeout) break;
+        // The member went away mid-watch: another one, from the same revision.
+        m_current = (m_current + 1) % m_options.endpoints.size();
+    }
+    throw StoreError(StoreError::Kind::Timeout, fmt::format("timed out waiting for '{}'", key));
+}
+
+}  // namespace ddprun

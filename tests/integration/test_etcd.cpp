@@ -1,0 +1,194 @@
+// Multi-node jobs over the etcd backend (--rdzv_backend=etcd): a real etcd
+// that the test starts (tests/support/etcd_server.hpp), agents on
+// 127.0.0.x that meet through it. The same job as over c10d (ranks, a
+// failure anywhere ends the job everywhere, a lost node), plus what is etcd's
+// own: no libtorch in the agent, several members, and the bad endpoints.
+
+#include <signal.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+#include "multi_node.hpp"
+#include "support/etcd_server.hpp"
+
+namespace ddprun_it {
+namespace {
+
+class EtcdTest : public MultiNodeTest {
+  protected:
+    static void SetUpTestSuite() { s_etcd = std::make_unique<ddprun::EtcdCluster>(1); }
+    static void TearDownTestSuite() { s_etcd.reset(); }
+
+    void SetUp() override {
+        MultiNodeTest::SetUp();
+        if (!s_etcd->ready()) GTEST_SKIP() << s_etcd->error();
+        for (int member = 0; member < s_etcd->size(); ++member) add_service(s_etcd->pid(member));
+    }
+
+    // The job of MultiNodeTest over etcd: the endpoint is the cluster's.
+    Job etcd_job() const {
+        Job job;
+        job.flags = {"--rdzv_backend=etcd", "--rdzv_endpoint=" + s_etcd->endpoints()};
+        return job;
+    }
+
+    static bool maps_libtorch(pid_t pid) {
+        std::ifstream maps(fmt::format("/proc/{}/maps", pid));
+        std::string line;
+        while (std::getline(maps, line))
+            if (line.find("libtorch") != std::string::npos) return true;
+        return false;
+    }
+
+    static inline std::unique_ptr<ddprun::EtcdCluster> s_etcd;
+};
+
+TEST_F(EtcdTest, TwoNodesGetTheJobWideVariables) {
+    Job job = etcd_job();
+    auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"env"}},
+                             {.addr = "127.0.0.2", .actions = {"env"}}});
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    std::map<int, std::map<std::string, std::string>> all;
+    for (const auto& result : r)
+        for (auto& [rank, env] : env_by_rank(result.out)) all[rank] = env;
+    ASSERT_EQ(all.size(), 4u) << describe_all(r);
+    for (auto& [rank, env] : all) {
+        EXPECT_EQ(env["WORLD_SIZE"], "4");
+        EXPECT_EQ(env["RANK"], std::to_string(rank));
+        EXPECT_EQ(env["MASTER_ADDR"], all[0]["MASTER_ADDR"]) << "one MASTER_ADDR for the job";
+        EXPECT_EQ(env["MASTER_PORT"], all[0]["MASTER_PORT"]);
+    }
+}
+
+TEST_F(EtcdTest, AnAgentOnEtcdNeverLoadsLibtorch) {
+    Job job = etcd_job();
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, {.addr = "127.0.0.1", .actions = sleepers(m_dir)}));
+    agents.push_back(start_node(job, {.addr = "127.0.0.2", .actions = sleepers(m_dir)}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    for (const auto& agent : agents) {
+        pid_t pid = agent_of(*agent);
+        ASSERT_GT(pid, 0);
+        EXPECT_FALSE(maps_libtorch(pid)) << "the agent " << pid << " loaded libtorch";
+    }
+    for (const auto& agent : agents) agent->send_signal(SIGTERM);
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143})) << describe_all(r);
+}
+
+TEST_F(EtcdTest, AFailureOnOneNodeStopsEveryNodeWithItsCode) {
+    Job job = etcd_job();
+    const auto actions = fail_when_all_ready(m_dir, 4, 3, {"exit", "7"});
+    auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = actions},
+                             {.addr = "127.0.0.2", .actions = actions}});
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{7, 7})) << describe_all(r);
+    for (const auto& result : r)
+        EXPECT_FALSE(own_lines_with(result.err, {"root cause: rank 3"}).empty()) << describe_all(r);
+}
+
+TEST_F(EtcdTest, AKilledNodeStopsTheOtherWithTheRendezvousCode) {
+    Job job = etcd_job();
+    job.conf["heartbeat_timeout"] = "2";
+    for (int victim : {0, 1}) {
+        SCOPED_TRACE(fmt::format("node {} killed", victim));
+        m_run_id += "-" + std::to_string(victim);
+        std::vector<std::unique_ptr<DdprunProcess>> agents;
+        agents.push_back(
+            start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = sleepers(m_dir)}));
+        agents.push_back(
+            start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = sleepers(m_dir)}));
+        wait_ready(4, agents);
+        if (HasFatalFailure()) return;
+        pid_t agent = agent_of(*agents[static_cast<std::size_t>(victim)]);
+        ASSERT_GT(agent, 0);
+        ::kill(agent, SIGKILL);
+        ::kill(agents[static_cast<std::size_t>(victim)]->pid(), SIGKILL);
+        expect_orphans_to_clean_up();
+        auto r = wait_nodes(agents);
+        const auto& survivor = r[static_cast<std::size_t>(1 - victim)];
+        EXPECT_EQ(survivor.exit_code, k_rendezvous_exit) << describe_all(r);
+        EXPECT_FALSE(own_lines_with(survivor.err, {"stopped answering"}).empty())
+            << describe_all(r);
+        auto live = wait_job_gone(k_orphan_grace);
+        EXPECT_TRUE(live.empty()) << describe(live);
+        for (int rank = 0; rank < 4; ++rank)
+            std::remove(path(fmt::format("ready.{}", rank)).c_str());
+    }
+}
+
+TEST_F(EtcdTest, SeveralEndpointsSkipAMemberThatIsDown) {
+    // The first endpoint has nothing behind it: the agents go on to the next.
+    Job job = etcd_job();
+    job.flags = {"--rdzv_backend=etcd",
+                 fmt::format("--rdzv_endpoint=127.0.0.1:{},{}", free_port(), s_etcd->endpoints())};
+    auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"exit", "0"}},
+                             {.addr = "127.0.0.2", .actions = {"exit", "0"}}});
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+}
+
+TEST_F(EtcdTest, BadEndpointsAndBackendsAreOneLine) {
+    struct Case {
+        std::string name;
+        std::vector<std::string> flags;
+        int exit_code;
+        std::string says;
+    };
+    const int nothing = free_port();
+    // An HTTP server that is not etcd.
+    const int http_port = free_port();
+    pid_t http = ::fork();
+    if (http == 0) {
+        ::execl(k_python.c_str(), k_python.c_str(), "-m", "http.server", "--bind", "127.0.0.1",
+                std::to_string(http_port).c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    add_service(http);
+    ASSERT_TRUE(wait_until([&] { return port_accepts("127.0.0.1", http_port); }, 20s))
+        << "python3 -m http.server did not start";
+    const std::vector<Case> cases = {
+        {"not etcd",
+         {"--rdzv_backend=etcd", fmt::format("--rdzv_endpoint=127.0.0.1:{}", http_port)},
+         k_rendezvous_exit,
+         "is not etcd's v3 API"},
+        {"etcd-v2", {"--rdzv_backend=etcd-v2"}, 2, "ddprun speaks etcd's v3 API"},
+        {"no etcd",
+         {"--rdzv_backend=etcd", fmt::format("--rdzv_endpoint=127.0.0.1:{}", nothing),
+          "--rdzv_conf=read_timeout=2"},
+         k_rendezvous_exit,
+         "no etcd"},
+        {"a list without etcd",
+         {"--rdzv_endpoint=127.0.0.1:1,127.0.0.1:2"},
+         2,
+         "several endpoints are the members of an etcd cluster"},
+        {"elastic over etcd",
+         {"--rdzv_backend=etcd", "--nnodes=1:2"},
+         2,
+         "elastic jobs (--nnodes=MIN:MAX) over etcd are not supported yet"},
+    };
+    for (const auto& c : cases) {
+        std::vector<std::string> args = {"--nnodes=2", "--nproc_per_node=1"};
+        args.insert(args.end(), c.flags.begin(), c.flags.end());
+        args.insert(args.end(), {k_fake_worker, "exit", "0"});
+        auto r = run(args);
+        EXPECT_EQ(r.exit_code, c.exit_code) << c.name << "\n" << r.describe();
+        auto lines = own_lines_with(r.err, {c.says});
+        EXPECT_EQ(lines.size(), 1u) << c.name << "\n" << r.describe();
+        EXPECT_TRUE(recorded_pids().empty()) << c.name << ": a worker started";
+    }
+    ::kill(http, SIGKILL);
+    ::waitpid(http, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace ddprun_it
