@@ -9,6 +9,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -21,6 +22,10 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The pause before asking again when etcd answers that it has no leader (an
+// election takes about a second with etcd's defaults).
+constexpr std::chrono::milliseconds k_election_pause{100};
 
 std::string describe(const Endpoint& endpoint) {
     return fmt::format("{}:{}", endpoint.host, endpoint.port);
@@ -134,7 +139,7 @@ json EtcdClient::call(const std::string& path, const json& body) {
     const auto deadline = Clock::now() + m_options.timeout;
     const std::size_t count = m_options.endpoints.size();
     std::string errors;
-    for (std::size_t attempt = 0; attempt < count && Clock::now() < deadline; ++attempt) {
+    for (std::size_t attempt = 0; Clock::now() < deadline; ++attempt) {
         if (!m_connection) m_connection = connect_any(deadline);
         Connection& c = *m_connection;
         http::request<http::string_body> request{http::verb::post, path, 11};
@@ -145,7 +150,10 @@ json EtcdClient::call(const std::string& path, const json& body) {
         request.prepare_payload();
         http::response<http::string_body> response;
         beast::error_code ec;
-        c.stream.expires_after((deadline - Clock::now()) / static_cast<long>(count - attempt));
+        // Each member gets its share of the call's time, so that one that hangs (frozen,
+        // cut off) leaves time for the others.
+        const long share = attempt < count ? static_cast<long>(count - attempt) : 1;
+        c.stream.expires_after((deadline - Clock::now()) / share);
         ec = c.run([&](auto done) { http::async_write(c.stream, request, std::move(done)); });
         if (!ec)
             ec = c.run([&](auto done) {
@@ -159,6 +167,17 @@ json EtcdClient::call(const std::string& path, const json& body) {
             continue;
         }
         if (!response.keep_alive()) m_connection.reset();
+        const unsigned status = response.result_int();
+        if (status == 502 || status == 503 || status == 504) {
+            // Unavailable or timed out: the cluster is electing a leader, or this member
+            // lost it. Another member, after a pause, within the call's time.
+            errors = refusal(c.endpoint, status, response.body());
+            m_connection.reset();
+            m_current = (m_current + 1) % count;
+            std::this_thread::sleep_for(
+                std::min<Clock::duration>(k_election_pause, deadline - Clock::now()));
+            continue;
+        }
         auto answer = json::parse(response.body(), nullptr, false);
         if (response.result() != http::status::ok || !answer.is_object())
             throw StoreError(StoreError::Kind::Other,
@@ -195,6 +214,13 @@ void EtcdClient::watch_for_put(const std::string& key, std::int64_t start_revisi
         if (!ec && parser.get().result() != http::status::ok) {
             ec = c.run(
                 [&](auto done) { http::async_read(c.stream, c.buffer, parser, std::move(done)); });
+            const unsigned status = parser.get().result_int();
+            if (status == 502 || status == 503 || status == 504) {  // no leader: as in call()
+                m_current = (m_current + 1) % m_options.endpoints.size();
+                std::this_thread::sleep_for(
+                    std::min<Clock::duration>(k_election_pause, deadline - Clock::now()));
+                continue;
+            }
             throw StoreError(StoreError::Kind::Other,
                              refusal(c.endpoint, parser.get().result_int(), parser.get().body()));
         }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -188,6 +189,53 @@ TEST_F(EtcdTest, BadEndpointsAndBackendsAreOneLine) {
     }
     ::kill(http, SIGKILL);
     ::waitpid(http, nullptr, 0);
+}
+
+// A three-member etcd: its raft leader, which is also the member every agent talks
+// to (first in the list), is killed mid-job.
+TEST_F(EtcdTest, TheEtcdLeaderKilledMidJobTheJobGoesOn) {
+    ddprun::EtcdCluster three(3);
+    if (!three.ready()) GTEST_SKIP() << three.error();
+    for (int member = 0; member < three.size(); ++member) add_service(three.pid(member));
+    const int leader = three.leader();
+    ASSERT_GE(leader, 0) << "no member says it leads";
+    Job job;
+    job.flags = {"--rdzv_backend=etcd", "--rdzv_endpoint=" + three.endpoints_from(leader)};
+    job.conf["heartbeat_timeout"] = "5";
+    const std::string go = m_dir + "/go";
+    const std::vector<std::string> actions = {"ready", m_dir + "/ready.{rank}", "wait-file", go};
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, {.addr = "127.0.0.1", .actions = actions}));
+    agents.push_back(start_node(job, {.addr = "127.0.0.2", .actions = actions}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    three.kill(leader);
+    // A few heartbeats through the survivors, then the job ends normally.
+    std::this_thread::sleep_for(3s);
+    write_text_file(go, "");
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+}
+
+TEST_F(EtcdTest, TheWholeEtcdClusterGoneEveryAgentExits75) {
+    auto own = std::make_unique<ddprun::EtcdCluster>(1);
+    if (!own->ready()) GTEST_SKIP() << own->error();
+    add_service(own->pid(0));
+    Job job;
+    job.flags = {"--rdzv_backend=etcd", "--rdzv_endpoint=" + own->endpoints()};
+    job.conf["heartbeat_timeout"] = "2";
+    job.conf["read_timeout"] = "2";
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, {.addr = "127.0.0.1", .actions = sleepers(m_dir)}));
+    agents.push_back(start_node(job, {.addr = "127.0.0.2", .actions = sleepers(m_dir)}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    own->kill(0);
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{k_rendezvous_exit, k_rendezvous_exit}))
+        << describe_all(r);
+    for (const auto& result : r)
+        EXPECT_FALSE(own_lines_with(result.err, {"etcd"}).empty()) << describe_all(r);
 }
 
 }  // namespace

@@ -153,6 +153,31 @@ std::vector<int> EtcdCluster::client_ports() const {
     return ports;
 }
 
+int EtcdCluster::leader() const {
+    for (std::size_t i = 0; i < m_members.size(); ++i) {
+        if (m_members[i].pid <= 0) continue;
+        try {
+            EtcdClient client({{{"127.0.0.1", m_members[i].client_port}}, 2s});
+            auto status = client.call("/v3/maintenance/status", nlohmann::json::object());
+            if (status.contains("leader") && status.contains("header") &&
+                status["header"].contains("member_id") &&
+                status["leader"] == status["header"]["member_id"])
+                return static_cast<int>(i);
+        } catch (const StoreError&) {
+        }
+    }
+    return -1;
+}
+
+std::string EtcdCluster::endpoints_from(int first) const {
+    std::string text =
+        fmt::format("127.0.0.1:{}", m_members.at(static_cast<std::size_t>(first)).client_port);
+    for (std::size_t i = 0; i < m_members.size(); ++i)
+        if (static_cast<int>(i) != first)
+            text += fmt::format(",127.0.0.1:{}", m_members[i].client_port);
+    return text;
+}
+
 void EtcdCluster::kill(int index) {
     Member& member = m_members.at(static_cast<std::size_t>(index));
     if (member.pid <= 0) return;

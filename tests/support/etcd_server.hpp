@@ -27,10 +27,14 @@ class EtcdCluster {
 
     // "127.0.0.1:P1,127.0.0.1:P2,..." for --rdzv_endpoint.
     std::string endpoints() const;
+    // The same, member `first` first (the one a client talks to).
+    std::string endpoints_from(int first) const;
     int size() const { return static_cast<int>(m_members.size()); }
     std::vector<int> client_ports() const;
     // Member `index`'s etcd process (-1 once stopped).
     pid_t pid(int index) const { return m_members.at(static_cast<std::size_t>(index)).pid; }
+    // The index of the member that is the raft leader now (-1 if none answers).
+    int leader() const;
     // SIGKILLs member `index` (a failover test).
     void kill(int index);
     // Stops every member.
