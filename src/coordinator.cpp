@@ -92,6 +92,11 @@ bool Coordinator::store_stalled() const {
 Coordinator::~Coordinator() {
     m_closing = true;
     m_wake.notify_all();
+    {
+        // The heartbeat thread may be in an etcd watch: end it now.
+        std::lock_guard lock(m_mutex);
+        if (m_liveness) m_liveness->cancel();
+    }
     if (store_stalled()) {
         // Threads blocked forever in a store call: abandon them with what they use; the
         // agent's process exits right after this.

@@ -10,6 +10,7 @@
 
 #include "ddprun/clock.hpp"
 #include "ddprun/coordinator.hpp"
+#include "ddprun/etcd_liveness.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/text.hpp"
 
@@ -53,6 +54,27 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     std::optional<ElasticMember> member;
     if (elastic) member.emplace(*store, m_options.run_id, m_agent);
     int round = elastic ? -2 : -1;
+    // On etcd, liveness is a lease: the agent renews it, etcd deletes a dead agent's key,
+    // and the watchers see the deletion (etcd_liveness.hpp).
+    std::unique_ptr<EtcdLiveness> liveness;
+    if (m_options.etcd)
+        liveness = std::make_unique<EtcdLiveness>(*m_options.etcd, m_options.run_id, timeout);
+    // The destructor cancels its watch; the pointer goes before the object does.
+    struct Published {
+        Coordinator& self;
+        ~Published() {
+            std::lock_guard lock(self.m_mutex);
+            self.m_liveness = nullptr;
+        }
+    } published{*this};
+    {
+        std::lock_guard lock(m_mutex);
+        m_liveness = liveness.get();
+        if (m_closing && liveness) liveness->cancel();
+    }
+    std::vector<int> watched;
+    auto round_started = HeartbeatMonitor::Clock::now();
+    bool presence_checked = false;
     std::unique_ptr<HeartbeatMonitor> monitor;
     bool reported = false;
     std::int64_t seq = 0;
@@ -73,7 +95,10 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 round = m_round;
                 signals_seen = 0;
                 kill_seen = false;
-                std::vector<int> watched;
+                watched.clear();
+                round_started = now;
+                presence_checked = false;
+                if (liveness) liveness->enter(round, node_rank);
                 if (elastic) {
                     if (!host) watched.push_back(0);
                 } else if (host) {
@@ -82,10 +107,15 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 } else {
                     watched.push_back(0);
                 }
-                monitor = std::make_unique<HeartbeatMonitor>(watched, timeout, now);
+                // With a lease, only a node whose key never came is judged by the monitor;
+                // the others' deaths come from the watch below.
+                monitor = std::make_unique<HeartbeatMonitor>(
+                    liveness ? std::vector<int>{} : watched, timeout, now);
                 reported = false;
             }
-            if (elastic)
+            if (liveness)
+                liveness->keep_alive();
+            else if (elastic)
                 store->set(member->heartbeat_key(host), std::to_string(++seq));
             else
                 rendezvous.beat(round, node_rank, ++seq);
@@ -111,7 +141,15 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     asio::post(m_io, [this, signal] { m_on_signal(signal); });
                 }
             }
-            if (elastic) {
+            if (liveness) {
+                // A node that never put its key (it died right after joining) is lost too,
+                // once it has had heartbeat_timeout to do so.
+                if (!presence_checked && now - round_started >= timeout) {
+                    presence_checked = true;
+                    for (int node : liveness->missing(watched))
+                        monitor->observe(node, std::nullopt, round_started);
+                }
+            } else if (elastic) {
                 if (!host) {
                     const std::string leader_key = elastic_key(m_options.run_id, "hb/host");
                     std::optional<std::int64_t> beat;
@@ -154,12 +192,44 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 }
             }
         } catch (const StoreError& e) {
+            if (m_closing && liveness) return;  // its etcd calls were cancelled: closing
             std::string msg = std::string("lost the rendezvous store: ") + e.what();
             if (elastic) msg += k_store_host_is_vital;
             asio::post(m_io, [on_lost, msg] { on_lost(msg); });
             return;
         }
         m_beat_done_ms = steady_ms();
+        if (liveness) {
+            // Until the next renewal: watch the others' keys, in short slices so that
+            // closing stays prompt.
+            try {
+                const auto next = HeartbeatMonitor::Clock::now() + interval;
+                while (!m_closing && HeartbeatMonitor::Clock::now() < next) {
+                    auto lost = liveness->lost_until(
+                        watched, std::min(next, HeartbeatMonitor::Clock::now() + 500ms));
+                    m_beat_done_ms = steady_ms();
+                    if (lost.empty() || reported) continue;
+                    reported = true;
+                    FailureRecord record;
+                    record.kind = FailureKind::NodeLost;
+                    record.node_rank = lost.front();
+                    record.exit_code = exit_code::kRendezvous;
+                    record.time_ms = wall_ms();
+                    record.message = fmt::format(
+                        "node {} stopped answering (its etcd lease of {} ms expired: killed, "
+                        "frozen or cut off)",
+                        lost.front(), timeout.count());
+                    rendezvous.publish_failure(round, record);
+                }
+            } catch (const StoreError& e) {
+                if (m_closing) return;  // cancelled: the agent is closing
+                std::string msg = std::string("lost the rendezvous store: ") + e.what();
+                asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+                return;
+            }
+            lock.lock();
+            continue;
+        }
         lock.lock();
         m_wake.wait_for(lock, interval, [this] { return m_closing.load(); });
     }

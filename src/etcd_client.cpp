@@ -49,6 +49,19 @@ std::string refusal(const std::string& endpoint, unsigned status, const std::str
 
 }  // namespace
 
+std::int64_t revision_of(const json& kv) {
+    if (!kv.contains("mod_revision")) return 0;
+    const json& value = kv["mod_revision"];
+    if (value.is_number_integer()) return value.get<std::int64_t>();
+    if (value.is_string()) {
+        try {
+            return std::stoll(value.get<std::string>());
+        } catch (const std::exception&) {
+        }
+    }
+    return 0;
+}
+
 std::string etcd_base64(const std::string& raw) {
     std::string out(4 * ((raw.size() + 2) / 3) + 1, '\0');
     int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
@@ -72,9 +85,15 @@ std::string etcd_unbase64(const std::string& text) {
     return out;
 }
 
-struct EtcdClient::Connection {
+struct EtcdClient::Loop {
     asio::io_context io;
-    beast::tcp_stream stream{io};
+};
+
+struct EtcdClient::Connection {
+    Connection(asio::io_context& context, const std::atomic<bool>& stop)
+        : io(context), stream(context), cancelled(&stop) {}
+    asio::io_context& io;
+    beast::tcp_stream stream;
     beast::flat_buffer buffer;
     std::string endpoint;  // "host:port"
 
@@ -83,20 +102,35 @@ struct EtcdClient::Connection {
     // io_context, so a member that never answers costs the call's bound, no more.
     template <class Start>
     beast::error_code run(Start start) {
-        beast::error_code result;
+        beast::error_code result = asio::error::operation_aborted;
         start([&result](beast::error_code ec, auto&&...) { result = ec; });
         io.restart();
-        io.run();
+        // cancel() stops the io_context: run() returns with the handler not run.
+        if (!cancelled->load()) io.run();
         return result;
     }
+    const std::atomic<bool>* cancelled;
 };
 
-EtcdClient::EtcdClient(EtcdOptions options) : m_options(std::move(options)) {
+EtcdClient::EtcdClient(EtcdOptions options)
+    : m_options(std::move(options)), m_loop(std::make_unique<Loop>()) {
     if (m_options.endpoints.empty())
         throw StoreError(StoreError::Kind::Other, "no etcd endpoint given (--rdzv_endpoint)");
 }
 
-EtcdClient::~EtcdClient() = default;
+EtcdClient::~EtcdClient() {
+    // Connections first: their sockets belong to the loop's io_context.
+    m_connection.reset();
+}
+
+void EtcdClient::throw_if_cancelled() const {
+    if (m_cancelled) throw StoreError(StoreError::Kind::Timeout, "the etcd call was cancelled");
+}
+
+void EtcdClient::cancel() {
+    m_cancelled = true;
+    m_loop->io.stop();
+}
 
 std::string EtcdClient::current_endpoint() const {
     return describe(m_options.endpoints[m_current % m_options.endpoints.size()]);
@@ -108,11 +142,12 @@ std::unique_ptr<EtcdClient::Connection> EtcdClient::connect_any(Clock::time_poin
     const std::size_t count = m_options.endpoints.size();
     std::string errors;
     for (std::size_t tried = 0; tried < count; ++tried) {
+        throw_if_cancelled();
         const std::size_t index = (m_current + tried) % count;
         const Endpoint& endpoint = m_options.endpoints[index];
         auto left = deadline - Clock::now();
         if (left <= Clock::duration::zero()) break;
-        auto connection = std::make_unique<Connection>();
+        auto connection = std::make_unique<Connection>(m_loop->io, m_cancelled);
         connection->endpoint = describe(endpoint);
         beast::error_code ec;
         asio::ip::tcp::resolver resolver(connection->io);
@@ -140,6 +175,7 @@ json EtcdClient::call(const std::string& path, const json& body) {
     const std::size_t count = m_options.endpoints.size();
     std::string errors;
     for (std::size_t attempt = 0; Clock::now() < deadline; ++attempt) {
+        throw_if_cancelled();
         if (!m_connection) m_connection = connect_any(deadline);
         Connection& c = *m_connection;
         http::request<http::string_body> request{http::verb::post, path, 11};
@@ -191,10 +227,25 @@ json EtcdClient::call(const std::string& path, const json& body) {
 
 void EtcdClient::watch_for_put(const std::string& key, std::int64_t start_revision,
                                Clock::time_point deadline) {
-    const json request_body = {
-        {"create_request", {{"key", etcd_base64(key)}, {"start_revision", start_revision}}}};
+    for (std::int64_t from = start_revision; Clock::now() < deadline;) {
+        auto batch = watch_events(key, {}, from, deadline);
+        for (const json& event : batch.events)
+            if (!event.contains("type") || event["type"] == "PUT") return;
+        if (batch.events.empty()) break;  // the deadline passed
+        from = std::max(from, batch.revision + 1);
+    }
+    throw StoreError(StoreError::Kind::Timeout, fmt::format("timed out waiting for '{}'", key));
+}
+
+EtcdClient::Events EtcdClient::watch_events(const std::string& key, const std::string& range_end,
+                                            std::int64_t start_revision,
+                                            Clock::time_point deadline) {
+    json create = {{"key", etcd_base64(key)}, {"start_revision", start_revision}};
+    if (!range_end.empty()) create["range_end"] = etcd_base64(range_end);
+    const json request_body = {{"create_request", create}};
     // A watch is a response that never ends: a connection of its own, closed after.
     while (Clock::now() < deadline) {
+        throw_if_cancelled();
         auto connection = connect_any(deadline);
         Connection& c = *connection;
         http::request<http::string_body> request{http::verb::post, "/v3/watch", 11};
@@ -224,7 +275,7 @@ void EtcdClient::watch_for_put(const std::string& key, std::int64_t start_revisi
             throw StoreError(StoreError::Kind::Other,
                              refusal(c.endpoint, parser.get().result_int(), parser.get().body()));
         }
-        // One JSON message per line; an event in one means the key was written.
+        // One JSON message per line; the first that carries events ends the watch.
         std::size_t parsed = 0;
         while (!ec && !parser.is_done()) {
             ec = c.run([&](auto done) {
@@ -237,17 +288,23 @@ void EtcdClient::watch_for_put(const std::string& key, std::int64_t start_revisi
                 parsed = newline + 1;
                 if (!message.is_object() || !message.contains("result")) continue;
                 const json& result = message["result"];
-                if (result.contains("events") && result["events"].is_array()) {
-                    for (const json& event : result["events"])
-                        if (!event.contains("type") || event["type"] == "PUT") return;
-                }
+                if (!result.contains("events") || !result["events"].is_array() ||
+                    result["events"].empty())
+                    continue;
+                Events batch;
+                batch.events = result["events"].get<std::vector<json>>();
+                for (const json& event : batch.events)
+                    if (event.contains("kv"))
+                        batch.revision = std::max(batch.revision, revision_of(event["kv"]));
+                return batch;
             }
         }
+        throw_if_cancelled();
         if (ec == beast::error::timeout) break;
         // The member went away mid-watch: another one, from the same revision.
         m_current = (m_current + 1) % m_options.endpoints.size();
     }
-    throw StoreError(StoreError::Kind::Timeout, fmt::format("timed out waiting for '{}'", key));
+    return {};
 }
 
 }  // namespace ddprun

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ddprun/elastic.hpp"
+#include "ddprun/etcd_liveness.hpp"
 #include "ddprun/etcd_store.hpp"
 #include "ddprun/rendezvous.hpp"
 #include "ddprun/store.hpp"
@@ -170,6 +171,7 @@ class Coordinator {
     std::unique_ptr<ElasticMember> m_member;      // main thread (leave, close_job)
     std::unique_ptr<ElasticMember> m_ops_member;  // the operations thread (join)
     std::unique_ptr<ElasticLeader> m_leader;      // the store's host of an elastic job
+    EtcdLiveness* m_liveness = nullptr;           // the heartbeat thread's, under m_mutex (etcd)
     std::atomic<std::int64_t> m_beat_done_ms{0};
     std::atomic<bool> m_abandoned{false};  // steady clock; 0: heartbeats not started
     std::function<void()> m_on_kill;

@@ -16,6 +16,7 @@
 // when etcd refused the request.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -51,18 +52,40 @@ class EtcdClient {
     void watch_for_put(const std::string& key, std::int64_t start_revision,
                        std::chrono::steady_clock::time_point deadline);
 
+    // Watches `key` (to `range_end`, exclusive, for a prefix; empty: the key
+    // alone) from `start_revision` on, until the first events arrive or
+    // `deadline` passes (then no events). Throws StoreError when no member answers.
+    struct Events {
+        std::vector<nlohmann::json> events;  // as the gateway sends them (type, kv)
+        std::int64_t revision = 0;           // the highest mod revision among them
+    };
+    Events watch_events(const std::string& key, const std::string& range_end,
+                        std::int64_t start_revision,
+                        std::chrono::steady_clock::time_point deadline);
+
+    // From another thread: ends a call or watch in progress at once (it throws
+    // StoreError Timeout), and every later one. For closing an agent.
+    void cancel();
+
     // The member answering now ("127.0.0.1:2379"), for messages.
     std::string current_endpoint() const;
     const EtcdOptions& options() const { return m_options; }
 
   private:
     struct Connection;
+    void throw_if_cancelled() const;
     std::unique_ptr<Connection> connect_any(std::chrono::steady_clock::time_point deadline);
 
     EtcdOptions m_options;
+    struct Loop;                   // the io_context every connection of this client runs on
+    std::unique_ptr<Loop> m_loop;  // (one thread at a time; cancel() from any)
+    std::atomic<bool> m_cancelled{false};
     std::size_t m_current = 0;  // the member tried first
     std::unique_ptr<Connection> m_connection;
 };
+
+// A key-value's mod revision (the gateway writes int64 as a string).
+std::int64_t revision_of(const nlohmann::json& kv);
 
 // base64, as the gateway carries keys and values.
 std::string etcd_base64(const std::string& raw);

@@ -119,7 +119,8 @@ TEST_F(EtcdTest, AKilledNodeStopsTheOtherWithTheRendezvousCode) {
         auto r = wait_nodes(agents);
         const auto& survivor = r[static_cast<std::size_t>(1 - victim)];
         EXPECT_EQ(survivor.exit_code, k_rendezvous_exit) << describe_all(r);
-        EXPECT_FALSE(own_lines_with(survivor.err, {"stopped answering"}).empty())
+        // Its lease ran out and etcd deleted its key: the watch saw it.
+        EXPECT_FALSE(own_lines_with(survivor.err, {"stopped answering", "etcd lease"}).empty())
             << describe_all(r);
         auto live = wait_job_gone(k_orphan_grace);
         EXPECT_TRUE(live.empty()) << describe(live);
