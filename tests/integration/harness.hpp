@@ -173,7 +173,8 @@ void write_text_file(const std::string& path, const std::string& content, unsign
 // GPUs the NVIDIA driver lists under /proc (0 on the build machines).
 int machine_gpu_count();
 
-// A TCP port nothing listens on right now (bound to port 0, then released).
+// A TCP port nothing listens on right now, outside the ephemeral range
+// (support/free_port.hpp says why).
 int free_port();
 // True when something accepts TCP connections on host:port right now.
 bool port_accepts(const std::string& host, int port);

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ddprun/etcd_client.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
 #include "support/etcd_server.hpp"
@@ -190,6 +191,55 @@ TEST_F(EtcdTest, BadEndpointsAndBackendsAreOneLine) {
     }
     ::kill(http, SIGKILL);
     ::waitpid(http, nullptr, 0);
+}
+
+// A stray writer under the job's prefix (another program, a typo in someone's
+// etcdctl): garbage where the round's stop and the exit barrier's counter live.
+TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
+    struct Case {
+        std::string key;  // under the prefix and run id
+        std::string says;
+    };
+    for (const Case& c : std::vector<Case>{{"r0/stop", "malformed record under"},
+                                           {"r0/finished", "not a number"}}) {
+        SCOPED_TRACE(c.key);
+        m_run_id += "x";
+        Job job = etcd_job();
+        // Node 1's workers finish at once (so the barrier counts); node 0's wait.
+        const std::vector<std::string> actions = {"ready",   m_dir + "/ready.{rank}",
+                                                  "if-rank", "2",
+                                                  "exit",    "0",
+                                                  "if-rank", "3",
+                                                  "exit",    "0",
+                                                  "sleep",   "300"};
+        std::vector<std::unique_ptr<DdprunProcess>> agents;
+        agents.push_back(
+            start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = actions}));
+        if (c.key == "r0/finished") {
+            // Written before anyone counts: the first add fails.
+            ddprun::EtcdClient writer({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+            writer.call("/v3/kv/put",
+                        {{"key", ddprun::etcd_base64("/ddprun/" + m_run_id + "/" + c.key)},
+                         {"value", ddprun::etcd_base64("garbage")}});
+        }
+        agents.push_back(
+            start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = actions}));
+        wait_ready(4, agents);
+        if (HasFatalFailure()) return;
+        if (c.key == "r0/stop") {
+            ddprun::EtcdClient writer({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+            writer.call("/v3/kv/put",
+                        {{"key", ddprun::etcd_base64("/ddprun/" + m_run_id + "/" + c.key)},
+                         {"value", ddprun::etcd_base64("{not json")}});
+        }
+        auto r = wait_nodes(agents);
+        EXPECT_EQ(exit_codes(r), (std::vector<int>{k_rendezvous_exit, k_rendezvous_exit}))
+            << describe_all(r);
+        for (const auto& result : r)
+            EXPECT_EQ(own_lines_with(result.err, {c.says}).size(), 1u) << describe_all(r);
+        for (int rank = 0; rank < 4; ++rank)
+            std::remove(path(fmt::format("ready.{}", rank)).c_str());
+    }
 }
 
 // A three-member etcd: its raft leader, which is also the member every agent talks

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/etcd_client.hpp"
+#include "support/free_port.hpp"
 
 namespace ddprun {
 
@@ -26,21 +27,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr const char* k_etcd = "/usr/bin/etcd";
-
-int free_loopback_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return 0;
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    int port = 0;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
-        port = ntohs(address.sin_port);
-    ::close(fd);
-    return port;
-}
 
 std::string url(int port) {
     return fmt::format("http://127.0.0.1:{}", port);
@@ -76,8 +62,8 @@ EtcdCluster::EtcdCluster(int members) {
     for (int i = 0; i < members; ++i) {
         Member member;
         member.name = fmt::format("m{}", i);
-        member.client_port = free_loopback_port();
-        member.peer_port = free_loopback_port();
+        member.client_port = free_test_port();
+        member.peer_port = free_test_port();
         cluster += fmt::format("{}{}={}", i == 0 ? "" : ",", member.name, url(member.peer_port));
         m_members.push_back(member);
     }

@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/rank_plan.hpp"
+#include "support/free_port.hpp"
 #include "support/memory_store.hpp"
 
 namespace ddprun {
@@ -853,15 +854,7 @@ TEST(Heartbeat, MonitorReportsNodesWhoseBeatStopped) {
 // Over the real TCPStore
 
 int free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    ::close(fd);
-    return ntohs(addr.sin_port);
+    return free_test_port();
 }
 
 TEST(RendezvousTcp, FourAgentsJoinFailAndAcknowledge) {

@@ -31,6 +31,7 @@
 
 #include "ddprun/etcd_store.hpp"
 #include "support/etcd_server.hpp"
+#include "support/free_port.hpp"
 #include "support/memory_store.hpp"
 
 namespace ddprun {
@@ -51,15 +52,7 @@ using Kind = StoreError::Kind;
 }();
 
 int free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    ::close(fd);
-    return ntohs(addr.sin_port);
+    return free_test_port();
 }
 
 bool libtorch_loaded() {

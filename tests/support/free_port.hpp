@@ -1,0 +1,14 @@
+// A TCP port for a test's own listener (a store, an etcd member), chosen
+// outside the kernel's ephemeral range. Why: a port the kernel hands out for
+// bind(0) is also what it hands out as the source port of outgoing
+// connections, and a busy machine (agents, etcd clients, benchmarks) makes
+// thousands of those; a port picked there can be taken again before the test
+// binds it ("port already in use"). Below the range only other tests pick.
+#pragma once
+
+namespace ddprun {
+
+// A port in 10000-19999 that nothing on 127.0.0.1 is bound to right now.
+int free_test_port();
+
+}  // namespace ddprun
