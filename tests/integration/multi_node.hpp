@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,6 +90,12 @@ inline std::vector<std::string> sleepers(const std::string& dir,
                                          std::vector<std::string> setup = {}) {
     setup.insert(setup.end(), {"ready", dir + "/ready.{rank}", "sleep", "300"});
     return setup;
+}
+
+// /usr/bin/python3 can import torch (Debian's python3-torch).
+inline bool python_has_torch() {
+    std::string command = k_python + " -c 'import torch' >/dev/null 2>&1";
+    return std::system(command.c_str()) == 0;
 }
 
 // The agent: the one process ddprun's top process supervises.

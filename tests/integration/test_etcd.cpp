@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -191,6 +192,43 @@ TEST_F(EtcdTest, BadEndpointsAndBackendsAreOneLine) {
     }
     ::kill(http, SIGKILL);
     ::waitpid(http, nullptr, 0);
+}
+
+// The real example jobs over etcd: PyTorch DDP (gloo) and the C++ libtorch trainer.
+TEST_F(EtcdTest, TheExampleDdpJobsRunOverEtcd) {
+    const std::string python_example = k_examples_dir + "/ddp_train.py";
+    const std::string cpp_example = std::string(EXAMPLES_BIN_DIR) + "/train";
+    struct Example {
+        std::string name;
+        std::vector<std::string> program;
+        bool available;
+        std::string says;
+    };
+    const std::vector<Example> examples = {
+        {"ddp_train.py", {python_example}, python_has_torch(), "[0]: ddp_train: world_size=4 "},
+        {"train (C++)",
+         {cpp_example, "--steps", "5"},
+         ::access(cpp_example.c_str(), X_OK) == 0,
+         "[0]: "},
+    };
+    for (const auto& example : examples) {
+        SCOPED_TRACE(example.name);
+        if (!example.available) {
+            std::cout << "[ SKIPPED  ] " << example.name << ": not built or no torch here\n";
+            continue;
+        }
+        m_run_id += "e";
+        RunOptions options;
+        options.env = {{"PYTHON_EXEC", k_python}};
+        Job job = etcd_job();
+        job.guard = 100s;  // four torch imports on a shared 2-core machine
+        auto r = run_nodes(job,
+                           {{.addr = "127.0.0.1", .program = example.program},
+                            {.addr = "127.0.0.2", .program = example.program}},
+                           options);
+        EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+        EXPECT_TRUE(contains(r[0].out + r[1].out, example.says)) << describe_all(r);
+    }
 }
 
 // A stray writer under the job's prefix (another program, a typo in someone's

@@ -820,11 +820,6 @@ TEST_F(MultiNodeBarrier, BarrierTimeoutStopsEveryNode) {
 
 // --- Python ---------------------------------------------------------------------
 
-bool python_has_torch() {
-    std::string command = k_python + " -c 'import torch' >/dev/null 2>&1";
-    return std::system(command.c_str()) == 0;
-}
-
 TEST_F(MultiNodePython, DdpTrainAcrossTwoAgents) {
     std::string example = k_examples_dir + "/ddp_train.py";
     if (!std::filesystem::exists(example)) GTEST_SKIP() << example << " does not exist";
