@@ -215,9 +215,10 @@ bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int 
             auto index = static_cast<std::size_t>(i);
             CountingStore counting(std::move(connections.stores[index]));
             ddprun::Rendezvous rendezvous(counting, "bench");
-            // Its "waiting for ..." lines every 30 s, times N agents, would drown
-            // the results; the waits stay sliced as in an agent.
-            rendezvous.set_join_progress(30s, [](const std::string&) {});
+            // No "waiting for ..." lines: an agent's, every 30 s, cost store reads
+            // of their own (node 0 publishes who is missing, the others read it),
+            // which would count as the join's in a run that takes longer.
+            rendezvous.set_join_progress(k_timeout, [](const std::string&) {});
             ready.count_down();
             go.wait();
             try {
