@@ -1456,6 +1456,7 @@ def bench_rendezvous_simulated(args, c10d):
     verdicts = []
     ops_seen = {}  # store -> {ops per agent (max, not node 0)}
     payload = {}  # store -> ["N: max/node 0 KiB"]
+    cpu = {}  # store -> ["N: CPU seconds of the agents' process (/ etcd's)"]
     requests = []  # etcd: ["N: requests (by method), bytes"]
 
     def first(store):
@@ -1477,6 +1478,10 @@ def bench_rendezvous_simulated(args, c10d):
         )
         last = runs[-1]
         payload.setdefault(store, []).append(f"{agents}: {kib(last['bytes_max'])}/{kib(last['bytes_node0'])}")
+        seconds = f"{statistics.median(r['cpu_ms'] for r in runs) / 1e3:.2f}"
+        if "etcd_cpu_ms" in last:
+            seconds += f"/{statistics.median(r['etcd_cpu_ms'] for r in runs) / 1e3:.2f}"
+        cpu.setdefault(store, []).append(f"{agents}: {seconds}")
         return median
 
     def ops_verdict(store):
@@ -1585,6 +1590,9 @@ def bench_rendezvous_simulated(args, c10d):
         print("    budget: " + verdict)
     for store, cells in payload.items():
         what = "KiB of keys and values one join moved (not node 0, max / node 0)"
+        print(f"    {store}, {what}: " + "; ".join(cells))
+    what = f"CPU s during the join (the agents' process / etcd; {os.cpu_count()} cores)"
+    for store, cells in cpu.items():
         print(f"    {store}, {what}: " + "; ".join(cells))
     if requests:
         print(

@@ -18,9 +18,10 @@
 //     rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd]
 //
 // One line per run on stdout:
-//     agents=N connect_ms=X join_ms=Y ops_max=A ops_node0=B bytes_max=C bytes_node0=D
-// and over etcd, per agent (all agents' total over N, node 0 included):
-//     ... requests=R range=G txn=T put=P watch=W grpc_bytes=Z
+//     agents=N connect_ms=X join_ms=Y ops_max=A ops_node0=B bytes_max=C bytes_node0=D cpu_ms=U
+// and over etcd, per agent (all agents' total over N, node 0 included), then
+// the CPU time the etcd process used during the join:
+//     ... requests=R range=G txn=T put=P watch=W grpc_bytes=Z etcd_cpu_ms=E
 // Exit status: 0, 1 when a run failed (the reason on stderr), 2 for a usage
 // error, 3 when etcd is not installed.
 #include <netinet/in.h>
@@ -40,6 +41,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <expected>
+#include <fstream>
+#include <iterator>
 #include <latch>
 #include <map>
 #include <memory>
@@ -106,6 +109,31 @@ struct AgentResult {
     int ops = 0;
     std::size_t bytes = 0;
 };
+
+// CPU time (user + system) used by this process, and by the etcd process, in
+// ms: where a join's time goes on a machine whose cores both of them share.
+double own_cpu_ms() {
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    auto ms = [](const timeval& t) {
+        return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3;
+    };
+    return ms(usage.ru_utime) + ms(usage.ru_stime);
+}
+
+double process_cpu_ms(pid_t pid) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto close = text.rfind(')');
+    if (close == std::string::npos) return 0;
+    // After the name: field 3 (state) on; utime and stime are fields 14 and 15.
+    std::istringstream fields(text.substr(close + 2));
+    std::string field;
+    double ticks = 0;
+    for (int index = 3; index <= 15 && fields >> field; ++index)
+        if (index >= 14) ticks += std::strtod(field.c_str(), nullptr);
+    return ticks * 1e3 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
 
 double ms_between(std::chrono::steady_clock::time_point from,
                   std::chrono::steady_clock::time_point to) {
@@ -200,7 +228,12 @@ bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int 
                                   : open_etcd(agents, "127.0.0.1", etcd->client_ports().at(0), run);
     const auto connect_end = std::chrono::steady_clock::now();
     EtcdCounters before;
-    if (backend == Backend::Etcd) before = read_etcd_counters(etcd->client_ports().at(0));
+    double etcd_cpu_before = 0;
+    if (backend == Backend::Etcd) {
+        before = read_etcd_counters(etcd->client_ports().at(0));
+        etcd_cpu_before = process_cpu_ms(etcd->pid(0));
+    }
+    const double cpu_before = own_cpu_ms();
 
     // Every thread exists before the clock starts, and all are released at
     // once, as agents of a real job arrive together: the time is the
@@ -237,6 +270,7 @@ bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int 
     go.count_down();
     for (auto& thread : threads) thread.join();
     const auto join_end = std::chrono::steady_clock::now();
+    const double cpu_ms = own_cpu_ms() - cpu_before;
 
     int ops_max = 0;
     int ops_node0 = -1;
@@ -259,10 +293,11 @@ bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int 
     }
     std::string line = fmt::format(
         "agents={} connect_ms={:.1f} join_ms={:.1f} ops_max={} ops_node0={} "
-        "bytes_max={} bytes_node0={}",
+        "bytes_max={} bytes_node0={} cpu_ms={:.0f}",
         agents, ms_between(connect_start, connect_end), ms_between(join_start, join_end), ops_max,
-        ops_node0, bytes_max, bytes_node0);
+        ops_node0, bytes_max, bytes_node0, cpu_ms);
     if (backend == Backend::Etcd) {
+        const double etcd_cpu_ms = process_cpu_ms(etcd->pid(0)) - etcd_cpu_before;
         EtcdCounters after = read_etcd_counters(etcd->client_ports().at(0));
         auto per_agent = [&](const std::string& method) {
             return (after.requests[method] - before.requests[method]) / agents;
@@ -272,9 +307,9 @@ bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int 
         // The metrics page itself is HTTP, not gRPC: it is not in these counts.
         line += fmt::format(
             " requests={:.2f} range={:.2f} txn={:.2f} put={:.2f} watch={:.2f} "
-            "grpc_bytes={:.0f}",
+            "grpc_bytes={:.0f} etcd_cpu_ms={:.0f}",
             requests, per_agent("Range"), per_agent("Txn"), per_agent("Put"), per_agent("Watch"),
-            (after.bytes - before.bytes) / agents);
+            (after.bytes - before.bytes) / agents, etcd_cpu_ms);
     }
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
