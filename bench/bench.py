@@ -22,6 +22,9 @@ sections.
 """
 
 import argparse
+import ctypes
+import itertools
+import json
 import os
 import platform
 import selectors
@@ -34,6 +37,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GNU_TIME = "/usr/bin/time"
@@ -119,6 +124,12 @@ def parse_args():
         type=count_list,
         default=[2, 8, 32, 128, 512, 1024],
         help="agent counts of (i) (default 2,8,32,128,512,1024)",
+    )
+    parser.add_argument(
+        "--rdzv-sim-etcd",
+        type=count_list,
+        default=[128, 1024, 4096],
+        help="agent counts of (i) over etcd (default 128,1024,4096)",
     )
     parser.add_argument("--scale-reps", type=int, default=3, help="runs per row of (h) and (i) (default 3)")
     parser.add_argument("--elastic-reps", type=int, default=3, help="runs per row of (j) (default 3)")
@@ -807,17 +818,22 @@ def require_success(argvs, exits, tails):
             raise BenchError(f"`{' '.join(argv)}` {code}: {tail}")
 
 
-def ddprun_nodes_argv(args, nproc, program_argv, nnodes=NNODES, extra=()):
+RUN_IDS = itertools.count()  # one etcd serves every job: each gets its own --rdzv_id
+
+
+def ddprun_nodes_argv(args, nproc, program_argv, nnodes=NNODES, extra=(), etcd=None):
     """One ddprun command per node of a static `nnodes`-node job on loopback:
-    node N's agent on 127.0.0.N+1, node 0's hosting the store."""
-    port = free_port()
-    common = [
-        args.ddprun,
-        f"--nnodes={nnodes}",
-        f"--nproc_per_node={nproc}",
-        f"--rdzv_endpoint=127.0.0.1:{port}",
-        "--rdzv_id=bench",
-    ] + list(extra)
+    node N's agent on 127.0.0.N+1; node 0's hosts the store (c10d), or, with
+    `etcd` (an EtcdServer), every agent meets through it."""
+    if etcd is None:
+        rendezvous = [f"--rdzv_endpoint=127.0.0.1:{free_port()}", "--rdzv_id=bench"]
+    else:
+        rendezvous = [
+            "--rdzv_backend=etcd",
+            f"--rdzv_endpoint={etcd.endpoint}",
+            f"--rdzv_id=bench-{os.getpid()}-{next(RUN_IDS)}",
+        ]
+    common = [args.ddprun, f"--nnodes={nnodes}", f"--nproc_per_node={nproc}"] + rendezvous + list(extra)
     return [
         common + [f"--node_rank={node}", f"--local_addr=127.0.0.{node + 1}"] + program_argv
         for node in range(nnodes)
@@ -851,7 +867,121 @@ def ddprun_env():
     return dict(os.environ, PYTHON_EXEC="/usr/bin/python3")
 
 
-def bench_failure(args, use_torchrun, helper, scratch):
+ETCD = "/usr/bin/etcd"  # Debian's etcd-server (3.4)
+ETCD_START_LIMIT_S = 30
+
+
+class EtcdServer:
+    """One etcd member for the etcd rows of (d)-(f): its data in a directory of
+    the scratch dir, free client and peer ports on 127.0.0.1, started once and
+    shared by every job (each under its own --rdzv_id, as the jobs of a real
+    cluster), stopped by pid. Where it is not installed or does not start,
+    `error` says why and the etcd rows show it."""
+
+    def __init__(self, scratch):
+        self.proc = None
+        self.endpoint = None
+        self.error = None
+        if not os.access(ETCD, os.X_OK):
+            self.error = "etcd not installed"
+            return
+        directory = tempfile.mkdtemp(prefix="etcd-", dir=scratch)
+        client, peer = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+        argv = [
+            ETCD,
+            "--name=bench",
+            f"--data-dir={directory}/data",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=bench={peer_url}",
+            "--logger=zap",
+            "--log-level=error",
+        ]
+        self.log_path = os.path.join(directory, "etcd.log")
+        with open(self.log_path, "wb") as log:
+            # Its own session, like every command here; and SIGKILLed by the kernel if the
+            # harness dies without its cleanup (run.sh's timeout sends SIGKILL in the end).
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=lambda: ctypes.CDLL(None).prctl(1, int(signal.SIGKILL)),  # PR_SET_PDEATHSIG
+            )
+        self.endpoint = f"127.0.0.1:{client}"
+        deadline = time.monotonic() + ETCD_START_LIMIT_S
+        while not self.answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                with open(self.log_path, errors="replace") as log:
+                    tail = " | ".join(log.read().strip().splitlines()[-3:])
+                self.stop()
+                self.error = f"etcd did not start: {tail or 'no output'}"
+                return
+            time.sleep(0.05)
+
+    @property
+    def available(self):
+        return self.error is None
+
+    def answers(self):
+        """A read through the v3 JSON gateway (the API the agents use) succeeds."""
+        request = urllib.request.Request(
+            f"http://{self.endpoint}/v3/kv/range",
+            data=json.dumps({"key": "cmVhZHk="}).encode(),  # "ready", base64
+            headers={"Content-Type": "application/json"},
+        )
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+        try:
+            with direct.open(request, timeout=1) as answer:
+                return "header" in json.load(answer)
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
+
+    def peak_rss_kib(self):
+        """etcd's own peak RSS so far (VmHWM), or None."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except (OSError, AttributeError):
+            pass
+        return None
+
+    def stop(self):
+        """SIGTERM by pid, SIGKILL if it is still there 5 s later."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def ddprun_variants(c10d, etcd):
+    """The ddprun rows of a multi-node section: (label, EtcdServer or None for
+    c10d, why the row cannot run or None)."""
+    variants = []
+    if c10d:
+        variants.append(("ddprun, c10d", None, None))
+    if etcd is not None:
+        variants.append(("ddprun, etcd", etcd, etcd.error))
+    return variants
+
+
+def goal_verdict(value, goal):
+    return "met" if value < goal else "missed"
+
+
+FAILURE_GOAL_S = 0.1  # (d) over etcd: every agent gone within this of the failure
+
+
+def bench_failure(args, use_torchrun, helper, scratch, variants):
     """(d): how long a job outlives its first failure, across nodes."""
     stamp = os.path.join(scratch, "failed-at")
     failing_rank = 2  # node 1's first worker
@@ -875,29 +1005,42 @@ def bench_failure(args, use_torchrun, helper, scratch):
     def ms(seconds):
         return f"{seconds * 1e3:.0f}"
 
-    samples = []  # per run: [node 0 agent, node 1 agent] seconds after the failure
-    codes = set()
-    for _ in range(args.job_reps):
-        argvs = ddprun_nodes_argv(args, 2, program)
-        failure, exits, tails = one_run(argvs)
-        for argv, (_, code), tail in zip(argvs, exits, tails):
-            if code == 0:
-                raise BenchError(f"`{' '.join(argv)}` exited 0 although rank {failing_rank} failed: {tail}")
-            codes.add(code)
-        samples.append([exited_at - failure for exited_at, _ in exits])
-    every = [max(run) for run in samples]
-    rows = [
-        [
-            "ddprun",
-            str(len(samples)),
-            ms(statistics.median(run[1] for run in samples)),
-            ms(statistics.median(run[0] for run in samples)),
-            ms(statistics.median(every)),
-            ms(min(every)),
-            ms(max(every)),
-            ",".join(str(code) for code in sorted(codes)),
-        ]
-    ]
+    runnable = [(label, etcd) for label, etcd, why_not in variants if why_not is None]
+    samples = {label: [] for label, _ in runnable}  # per run: [node 0, node 1] s after the failure
+    codes = {label: set() for label, _ in runnable}
+    for _ in range(args.job_reps):  # interleaved, so drift hits every variant alike
+        for label, etcd in runnable:
+            argvs = ddprun_nodes_argv(args, 2, program, etcd=etcd)
+            failure, exits, tails = one_run(argvs)
+            for argv, (_, code), tail in zip(argvs, exits, tails):
+                if code == 0:
+                    raise BenchError(
+                        f"`{' '.join(argv)}` exited 0 although rank {failing_rank} failed: {tail}"
+                    )
+                codes[label].add(code)
+            samples[label].append([exited_at - failure for exited_at, _ in exits])
+    rows = []
+    goals = []
+    for label, etcd, why_not in variants:
+        if why_not is not None:
+            rows.append([label, why_not] + ["-"] * 6)
+            continue
+        every = [max(run) for run in samples[label]]
+        rows.append(
+            [
+                label,
+                str(len(samples[label])),
+                ms(statistics.median(run[1] for run in samples[label])),
+                ms(statistics.median(run[0] for run in samples[label])),
+                ms(statistics.median(every)),
+                ms(min(every)),
+                ms(max(every)),
+                ",".join(str(code) for code in sorted(codes[label])),
+            ]
+        )
+        if etcd is not None:
+            median = statistics.median(every)
+            goals.append(f"{ms(median)} ms, {goal_verdict(median, FAILURE_GOAL_S)}")
 
     if use_torchrun:
         # Once, and given up on after a while: with torchrun's static
@@ -921,58 +1064,62 @@ def bench_failure(args, use_torchrun, helper, scratch):
         header + ["exit codes"],
         rows,
     )
+    if goals:
+        goal = f"every agent gone within {FAILURE_GOAL_S * 1e3:.0f} ms of the failure (median)"
+        print(f"    goal over etcd: {goal}: " + "; ".join(goals))
 
 
-def bench_jobs(args, use_torchrun, have_python_torch):
+JOB_GOAL_S = 0.2  # (e) over etcd: the job within this of the same processes by hand
+
+
+def bench_jobs(args, use_torchrun, have_python_torch, variants):
     """(e): a real 2x2 training job: launcher vs the same processes by hand."""
     train = args.train or os.path.join(os.path.dirname(args.ddprun), "examples", "train")
     if not os.access(train, os.X_OK):
         print(f"\n(e) note: {train} not found; build the `train` target for the C++ rows")
         train = None
     ddp_train = os.path.normpath(os.path.join(HERE, "..", "examples", "ddp_train.py"))
+
+    def launchers(program_argv, by_hand_argv):
+        """{launcher: () -> argvs, or why it cannot run} for one job."""
+        tools = {"by hand (limit)": lambda: [["bash", "-c", shell_loop_nodes(NNODES, 2, by_hand_argv)]]}
+        for label, etcd, why_not in variants:
+            tools[label] = why_not or (lambda etcd=etcd: ddprun_nodes_argv(args, 2, program_argv, etcd=etcd))
+        if use_torchrun:
+            tools["torchrun"] = lambda: torchrun_nodes_argv(2, program_argv)
+        return tools
+
     jobs = []  # (title, {launcher: () -> argvs})
     # The launchers' own share: rendezvous and start, no training.
     true_argv = [shutil.which("true") or "/usr/bin/true"]
-    tools = {
-        "by hand (limit)": lambda: [["bash", "-c", shell_loop_nodes(NNODES, 2, true_argv)]],
-        "ddprun": lambda: ddprun_nodes_argv(args, 2, true_argv),
-    }
-    if use_torchrun:
-        tools["torchrun"] = lambda: torchrun_nodes_argv(2, true_argv)
-    jobs.append(("`true` (the launch alone)", tools))
+    jobs.append(("`true` (the launch alone)", launchers(true_argv, true_argv)))
     if train is not None:
         train_argv = [train, "--steps", "20"]
-        tools = {
-            "by hand (limit)": lambda: [["bash", "-c", shell_loop_nodes(NNODES, 2, train_argv)]],
-            "ddprun": lambda: ddprun_nodes_argv(args, 2, train_argv),
-        }
-        if use_torchrun:
-            tools["torchrun"] = lambda: torchrun_nodes_argv(2, train_argv)
-        jobs.append((f"{os.path.relpath(train)} --steps 20 (C++, libtorch, gloo)", tools))
+        jobs.append(
+            (f"{os.path.relpath(train)} --steps 20 (C++, libtorch, gloo)", launchers(train_argv, train_argv))
+        )
     if have_python_torch:
         python_argv = [ddp_train, "--steps", "5"]
-        tools = {
-            "by hand (limit)": lambda: [
-                ["bash", "-c", shell_loop_nodes(NNODES, 2, ["/usr/bin/python3", "-u"] + python_argv)]
-            ],
-            "ddprun": lambda: ddprun_nodes_argv(args, 2, python_argv),
-        }
-        if use_torchrun:
-            tools["torchrun"] = lambda: torchrun_nodes_argv(2, python_argv)
-        jobs.append(("examples/ddp_train.py --steps 5 (Python, torch, gloo)", tools))
+        title = "examples/ddp_train.py --steps 5 (Python, torch, gloo)"
+        jobs.append((title, launchers(python_argv, ["/usr/bin/python3", "-u"] + python_argv)))
     env = ddprun_env()
     rows = []
+    goals = []
     for title, tools in jobs:
-        times = {name: [] for name in tools}
+        times = {name: [] for name, make_argvs in tools.items() if callable(make_argvs)}
         for _ in range(args.job_reps):  # interleaved, so drift hits every launcher alike
-            for name, make_argvs in tools.items():
-                argvs = make_argvs()
+            for name in times:
+                argvs = tools[name]()
                 start = time.monotonic()
                 exits, tails = run_together(argvs, env=env)
                 require_success(argvs, exits, tails)
                 times[name].append(max(exited_at for exited_at, _ in exits) - start)
         baseline = statistics.median(times["by hand (limit)"])
-        for name, samples in times.items():
+        for name, make_argvs in tools.items():
+            if not callable(make_argvs):  # why it cannot run
+                rows.append(["", name, make_argvs] + ["-"] * 4)
+                continue
+            samples = times[name]
             median = statistics.median(samples)
             is_limit = name.startswith("by hand")
             rows.append(
@@ -986,6 +1133,9 @@ def bench_jobs(args, use_torchrun, have_python_torch):
                     f"{median / baseline:.2f}x",
                 ]
             )
+            if name == "ddprun, etcd":
+                over = median - baseline
+                goals.append(f"{title.split(' ')[0]} {over * 1e3:+.0f} ms, {goal_verdict(over, JOB_GOAL_S)}")
     print_table(
         f"(e) a real job, {NNODES} nodes x 2 workers on loopback, started together, until every process "
         f"exited; median of {args.job_reps}. By hand: the 4 processes with the worker environment set by "
@@ -993,6 +1143,8 @@ def bench_jobs(args, use_torchrun, have_python_torch):
         ["job", "launcher", "median s", "min s", "max s", "overhead ms", "vs by hand"],
         rows,
     )
+    if goals:
+        print(f"    goal over etcd: within {JOB_GOAL_S * 1e3:.0f} ms of by hand: " + "; ".join(goals))
 
 
 def max_rss_kib(report_path):
@@ -1012,7 +1164,10 @@ def together_peak_rss_kib(argvs, scratch, env=None):
     return [max_rss_kib(report) for report in reports]
 
 
-def bench_node_memory(args, use_torchrun, helper, scratch):
+NODE_MEMORY_GOAL_KIB = 16 * 1024  # (f): a multi-node agent over etcd, each one
+
+
+def bench_node_memory(args, use_torchrun, helper, scratch, variants):
     """(f): what the store costs a multi-node agent, next to what loading
     libtorch costs any process."""
     true_argv = [shutil.which("true") or "/usr/bin/true"]
@@ -1025,28 +1180,53 @@ def bench_node_memory(args, use_torchrun, helper, scratch):
 
     single = peak(lambda: [[args.ddprun] + true_argv])[0]
     rows_kib = [("ddprun, 1 node, 1 worker of `true` (no store)", single)]
-    node0, node1 = peak(lambda: ddprun_nodes_argv(args, 1, true_argv))
-    rows_kib.append((f"ddprun agent, node 0 of a {NNODES}x1 `true` job (hosts the store)", node0))
-    rows_kib.append((f"ddprun agent, node 1 of a {NNODES}x1 `true` job", node1))
+    goals = []
+    for label, etcd, why_not in variants:
+        backend = label.split(", ")[1]
+        if why_not is not None:
+            rows_kib.append((f"ddprun agent over {backend}: {why_not}", None))
+            continue
+        node0, node1 = peak(lambda: ddprun_nodes_argv(args, 1, true_argv, etcd=etcd))
+        hosts = " (hosts the store)" if etcd is None else ""
+        rows_kib.append((f"ddprun agent over {backend}, node 0 of a {NNODES}x1 `true` job{hosts}", node0))
+        rows_kib.append((f"ddprun agent over {backend}, node 1 of a {NNODES}x1 `true` job", node1))
+        if etcd is not None:
+            largest = max(node0, node1)
+            goals.append(
+                f"each agent under {NODE_MEMORY_GOAL_KIB / 1024:.0f} MiB: largest "
+                f"{largest / 1024:.1f} MiB, {goal_verdict(largest, NODE_MEMORY_GOAL_KIB)}"
+            )
     if use_torchrun:
         node0, node1 = peak(lambda: torchrun_nodes_argv(1, true_argv))
         rows_kib.append((f"torchrun agent, node 0 of a {NNODES}x1 `true` job", node0))
         rows_kib.append((f"torchrun agent, node 1 of a {NNODES}x1 `true` job", node1))
-    if helper is not None:
+    base = None  # the libtorch_cpu dlopen, where there is one
+    if helper is not None and os.path.exists(plugin):
         for label, library in (
             ("C program that only dlopens libddprun_store.so", plugin),
             ("C program that only dlopens libtorch_cpu.so", "libtorch_cpu.so"),
         ):
             rows_kib.append((label, peak(lambda: [[helper, "dlopen", library]])[0]))
-    else:
+        base = rows_kib[-1][1]
+    elif helper is None:
         print("\n(f) no C compiler (cc): the dlopen rows are skipped")
 
-    base = rows_kib[-1][1] if helper is not None else None
     print_table(
         "(f) peak RSS of a multi-node agent (GNU time -v, each agent of the job measured on its own)",
         ["run", "MiB", "vs libtorch_cpu dlopen" if base else ""],
-        [[label, f"{kib / 1024:.1f}", f"{kib / base:.2f}x" if base else ""] for label, kib in rows_kib],
+        [
+            [label, "-" if kib is None else f"{kib / 1024:.1f}", f"{kib / base:.2f}x" if base and kib else ""]
+            for label, kib in rows_kib
+        ],
     )
+    if goals:
+        print("    goal over etcd: " + "; ".join(goals))
+    for _label, etcd, why_not in variants:
+        if etcd is not None and why_not is None and (server := etcd.peak_rss_kib()):
+            print(
+                f"    etcd itself (one server for the whole cluster, not per node), after this run's etcd "
+                f"jobs: {server / 1024:.1f} MiB peak RSS (VmHWM)"
+            )
 
 
 # ---------------------------------------------------------------------------
@@ -1247,8 +1427,14 @@ def bench_rendezvous_agents(args, helper, scratch):
     )
 
 
-def bench_rendezvous_simulated(args):
-    """(i): the rendezvous code alone, N agents as threads of one process."""
+SIMULATED_ETCD_GOAL_S = 1.5  # (i): 1024 simulated agents joining over etcd
+SIMULATED_REPEAT_S = 30  # (i): an etcd run that took longer than this is not repeated
+
+
+def bench_rendezvous_simulated(args, c10d):
+    """(i): the rendezvous code alone, N agents as threads of one process, over
+    a TCPStore (`c10d`: this build has the store plugin) and over an etcd that
+    bench/rendezvous_scale starts itself."""
     default = os.path.join(os.path.dirname(args.ddprun), "bench", "rendezvous_scale")
     binary = args.rendezvous_scale or default
     if not os.access(binary, os.X_OK):
@@ -1256,36 +1442,138 @@ def bench_rendezvous_simulated(args):
         return
 
     def parse(stream):
-        """One {field: number} per line "agents=N connect_ms=X join_ms=Y ops_max=A ops_node0=B"."""
+        """One {field: number} per line "agents=N connect_ms=X join_ms=Y ops_max=A ..."."""
         return [
             {key: float(value) for key, value in (field.split("=") for field in line.split())}
             for line in stream.read().decode().splitlines()
             if line.startswith("agents=")
         ]
 
+    def kib(value):
+        return f"{value / 1024:.1f}"
+
     rows = []
-    join_s = {}
-    ops_seen = set()
-    for agents in args.rdzv_sim:
-        argv = [binary, str(agents), str(args.scale_reps)]
-        _, runs = run(argv, stdout=subprocess.PIPE, consume=parse, limit_s=SCALE_LIMIT_S)
-        if len(runs) != args.scale_reps:
-            raise BenchError(f"`{' '.join(argv)}` printed {len(runs)} of {args.scale_reps} results")
+    verdicts = []
+    ops_seen = {}  # store -> {ops per agent (max, not node 0)}
+    payload = {}  # store -> ["N: max/node 0 KiB"]
+    cpu = {}  # store -> ["N: CPU seconds of the agents' process (/ etcd's)"]
+    requests = []  # etcd: ["N: requests (by method), bytes"]
+
+    def first(store):
+        """The store's name in its first row only."""
+        return "" if any(row[0] == store for row in rows) else store
+
+    def add_row(store, agents, runs):
+        """A table row for `runs` of `agents` agents; returns the median join in seconds."""
         joins = [result["join_ms"] / 1e3 for result in runs]
+        median = statistics.median(joins)
         ops = max(int(result["ops_max"]) for result in runs)
-        ops_seen.add(ops)
-        join_s[agents] = statistics.median(joins)
+        ops_seen.setdefault(store, set()).add(ops)
         rows.append(
-            [str(agents), str(len(runs)), f"{statistics.median(r['connect_ms'] for r in runs):.1f}"]
+            [first(store), str(agents), str(len(runs))]
+            + [f"{statistics.median(r['connect_ms'] for r in runs):.1f}"]
             + median_cells(joins, digits=1)
-            + [f"{join_s[agents] * 1e6 / agents:.0f}", str(ops)]
+            + [f"{median * 1e6 / agents:.0f}", str(ops)]
             + [str(max(int(result["ops_node0"]) for result in runs))]
         )
+        last = runs[-1]
+        payload.setdefault(store, []).append(f"{agents}: {kib(last['bytes_max'])}/{kib(last['bytes_node0'])}")
+        seconds = f"{statistics.median(r['cpu_ms'] for r in runs) / 1e3:.2f}"
+        if "etcd_cpu_ms" in last:
+            seconds += f"/{statistics.median(r['etcd_cpu_ms'] for r in runs) / 1e3:.2f}"
+        cpu.setdefault(store, []).append(f"{agents}: {seconds}")
+        return median
+
+    def ops_verdict(store):
+        ops = sorted(ops_seen[store])
+        constant = "constant" if len(ops) == 1 else "NOT constant"
+        return f"{store}: ops per agent {constant} in N ({', '.join(map(str, ops))})"
+
+    store = "c10d TCPStore"
+    if c10d:
+        join_s = {}
+        for agents in args.rdzv_sim:
+            argv = [binary, str(agents), str(args.scale_reps)]
+            _, runs = run(argv, stdout=subprocess.PIPE, consume=parse, limit_s=SCALE_LIMIT_S)
+            if len(runs) != args.scale_reps:
+                raise BenchError(f"`{' '.join(argv)}` printed {len(runs)} of {args.scale_reps} results")
+            join_s[agents] = add_row(store, agents, runs)
+        verdict = [ops_verdict(store)]
+        if 1024 in join_s:
+            verdict.append(
+                f"1024 agents joined in {join_s[1024]:.2f} s: "
+                f"{goal_verdict(join_s[1024], SIMULATED_BUDGET_S)} (budget {SIMULATED_BUDGET_S:.0f} s)"
+            )
+        verdicts.append("; ".join(verdict))
+    else:
+        rows.append([store, "-", "no store plugin (built without libtorch)"] + ["-"] * 7)
+
+    # etcd: one process per run, each with an etcd of its own (started before the clock).
+    # The join's time may grow faster than N: a run that took long is not repeated, and a
+    # count that even linear growth from the last one would take past the bound is not run.
+    store = "etcd"
+    if not os.access(ETCD, os.X_OK):
+        rows.append([store, "-", "etcd not installed"] + ["-"] * 7)
+        args.rdzv_sim_etcd = []
+    join_s = {}
+    skipped = []
+    for agents in args.rdzv_sim_etcd:
+        if join_s:
+            previous = max(join_s)
+            projected = join_s[previous] * agents / previous
+            if projected > SCALE_LIMIT_S:
+                rows.append([first(store), str(agents), "not run"] + ["-"] * 7)
+                skipped.append(
+                    f"{agents} not run: {previous} took {join_s[previous]:.0f} s, so even linear growth "
+                    f"would take {projected:.0f} s, past the {SCALE_LIMIT_S} s bound"
+                )
+                continue
+        runs = []
+        for _ in range(args.scale_reps):
+            argv = [binary, str(agents), "1", "--backend=etcd"]
+            try:
+                _, got = run(argv, stdout=subprocess.PIPE, consume=parse, limit_s=SCALE_LIMIT_S)
+            except BenchError as error:  # too many descriptors, threads or seconds here
+                skipped.append(f"{agents} failed: {error}")
+                break
+            runs += got
+            if got and got[0]["join_ms"] / 1e3 > SIMULATED_REPEAT_S:
+                break
+        if not runs:
+            rows.append([first(store), str(agents), "failed"] + ["-"] * 7)
+            continue
+        join_s[agents] = add_row(store, agents, runs)
+        r = runs[-1]
+        requests.append(
+            f"{agents}: {r['requests']:.0f} (range {r['range']:.0f}, txn {r['txn']:.0f}, put {r['put']:.0f}, "
+            f"watch {r['watch']:.1f}), {kib(r['grpc_bytes'])} KiB"
+        )
+    if join_s:
+        verdict = [ops_verdict(store)]
+        if 1024 in join_s:
+            verdict.append(
+                f"1024 agents joined in {join_s[1024]:.2f} s: "
+                f"{goal_verdict(join_s[1024], SIMULATED_ETCD_GOAL_S)} (goal {SIMULATED_ETCD_GOAL_S} s)"
+            )
+        counts = sorted(join_s)
+        if len(counts) >= 2:
+            low, high = counts[0], counts[-1]
+            verdict.append(
+                f"{high / low:.0f}x the agents ({low} -> {high}) took {join_s[high] / join_s[low]:.1f}x the "
+                f"time (linear: {high / low:.0f}x)"
+            )
+        verdict.append(f"largest measured: {max(counts)}")
+        verdicts.append("; ".join(verdict + skipped))
+    elif skipped:
+        verdicts.append(f"{store}: " + "; ".join(skipped))
+
     print_table(
         "(i) rendezvous code alone: N agents as threads of one process, each with its own connection to a "
-        "real TCPStore (bench/rendezvous_scale). ms to open the N connections (one after another), ms "
+        "real store (bench/rendezvous_scale): a TCPStore hosted by agent 0, or an etcd on loopback that "
+        "every agent reaches through its JSON gateway. ms to open the N connections (one after another), ms "
         "from releasing all N joins at once to the last one done; store operations of one join",
         [
+            "store",
             "agents",
             "runs",
             "connect ms",
@@ -1298,13 +1586,20 @@ def bench_rendezvous_simulated(args):
         ],
         rows,
     )
-    constant = "constant" if len(ops_seen) == 1 else "NOT constant"
-    verdicts = [f"ops per agent {constant} in N ({', '.join(map(str, sorted(ops_seen)))})"]
-    if 1024 in join_s:
-        met = "met" if join_s[1024] < SIMULATED_BUDGET_S else "missed"
-        budget = f"budget {SIMULATED_BUDGET_S:.0f} s"
-        verdicts.append(f"1024 agents joined in {join_s[1024]:.2f} s: {met} ({budget})")
-    print("    budget: " + "; ".join(verdicts))
+    for verdict in verdicts:
+        print("    budget: " + verdict)
+    for store, cells in payload.items():
+        what = "KiB of keys and values one join moved (not node 0, max / node 0)"
+        print(f"    {store}, {what}: " + "; ".join(cells))
+    what = f"CPU s during the join (the agents' process / etcd; {os.cpu_count()} cores)"
+    for store, cells in cpu.items():
+        print(f"    {store}, {what}: " + "; ".join(cells))
+    if requests:
+        print(
+            "    etcd, requests per agent of one join (all agents' / N, from etcd's /metrics; a watch is "
+            "one stream) and the bytes etcd counted for them (protobuf, not the gateway's JSON): "
+            + "; ".join(requests)
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -1763,32 +2058,40 @@ def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
 
 
 def bench_multinode(args, use_torchrun, scratch):
-    """(d)-(j): the sections chosen by --only; those that need ddprun's store
-    plugin only when this ddprun has it."""
+    """(d)-(j): the sections chosen by --only; their c10d rows only when this
+    ddprun has its store plugin, their etcd rows ((d)-(f), (i)) only where etcd
+    is installed."""
     wanted = args.only & {"failure", "jobs", "node-memory", "restart", "rdzv-agents", "rdzv-sim", "elastic"}
     if not wanted:
         return
+    multinode = args.multinode != "off"
     plugin = os.path.join(os.path.dirname(args.ddprun), "libddprun_store.so")
-    have_plugin = args.multinode != "off" and os.path.exists(plugin)
-    if args.multinode != "off" and not have_plugin:
-        print(f"\n(d)-(j) multi-node: skipped: no {plugin} (ddprun was built without libtorch)")
+    have_plugin = multinode and os.path.exists(plugin)
+    if multinode and not have_plugin:
+        print(f"\n(d)-(j) c10d rows: skipped: no {plugin} (ddprun was built without libtorch)")
     helper = compile_helper(scratch)
     if helper is None:
         print("\n(d), (g), (h), (j) skipped: no C compiler (cc) for the workers that record times")
-    if have_plugin:
-        if "failure" in wanted and helper is not None:
-            bench_failure(args, use_torchrun, helper, scratch)
-        if "jobs" in wanted:
-            bench_jobs(args, use_torchrun, torch_version() != "?")
-        if "node-memory" in wanted:
-            bench_node_memory(args, use_torchrun, helper, scratch)
+    # One etcd for the etcd rows of (d)-(f), as a cluster would run one for many jobs; (i)'s
+    # program starts its own.
+    etcd = EtcdServer(scratch) if multinode and wanted & {"failure", "jobs", "node-memory"} else None
+    try:
+        variants = ddprun_variants(have_plugin, etcd)
+        if multinode and "failure" in wanted and helper is not None:
+            bench_failure(args, use_torchrun, helper, scratch, variants)
+        if multinode and "jobs" in wanted:
+            bench_jobs(args, use_torchrun, torch_version() != "?", variants)
+        if multinode and "node-memory" in wanted:
+            bench_node_memory(args, use_torchrun, helper, scratch, variants)
+    finally:
+        if etcd is not None:
+            etcd.stop()
     if "restart" in wanted and helper is not None:
         bench_restart(args, use_torchrun, helper, scratch, two_agents=have_plugin)
-    if have_plugin:
-        if "rdzv-agents" in wanted and helper is not None:
-            bench_rendezvous_agents(args, helper, scratch)
-        if "rdzv-sim" in wanted:
-            bench_rendezvous_simulated(args)
+    if have_plugin and "rdzv-agents" in wanted and helper is not None:
+        bench_rendezvous_agents(args, helper, scratch)
+    if multinode and "rdzv-sim" in wanted:
+        bench_rendezvous_simulated(args, c10d=have_plugin)
     if "elastic" in wanted and helper is not None:
         # torchrun's rows need no plugin; ddprun's do.
         bench_elastic(args, use_torchrun, helper, scratch, with_ddprun=have_plugin)

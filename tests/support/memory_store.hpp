@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,33 +21,43 @@ std::unique_ptr<Store> make_memory_store(std::chrono::milliseconds timeout);
 
 // Counts the operations made through it (its clones count separately): the
 // tests and bench/rendezvous_scale check that an agent's do not grow with N.
+// bytes() is their payload: the keys and values sent and the values received,
+// whatever a backend adds on the wire (framing, JSON, base64).
 class CountingStore final : public Store {
   public:
     explicit CountingStore(std::unique_ptr<Store> inner) : m_inner(std::move(inner)) {}
 
     void set(const std::string& key, const std::string& value) override {
         ++m_ops;
+        m_bytes += key.size() + value.size();
         m_inner->set(key, value);
     }
     std::string get(const std::string& key) override {
         ++m_ops;
-        return m_inner->get(key);
+        std::string value = m_inner->get(key);
+        m_bytes += key.size() + value.size();
+        return value;
     }
     std::int64_t add(const std::string& key, std::int64_t delta) override {
         ++m_ops;
+        m_bytes += key.size() + sizeof delta * 2;  // the delta sent, the sum received
         return m_inner->add(key, delta);
     }
     std::string compare_set(const std::string& key, const std::string& expected,
                             const std::string& desired) override {
         ++m_ops;
-        return m_inner->compare_set(key, expected, desired);
+        std::string after = m_inner->compare_set(key, expected, desired);
+        m_bytes += key.size() + expected.size() + desired.size() + after.size();
+        return after;
     }
     bool check(const std::vector<std::string>& keys) override {
         ++m_ops;
+        for (const auto& key : keys) m_bytes += key.size();
         return m_inner->check(keys);
     }
     void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
         ++m_ops;
+        for (const auto& key : keys) m_bytes += key.size();
         m_inner->wait(keys, timeout);
     }
     std::unique_ptr<Store> clone() override {
@@ -54,10 +65,12 @@ class CountingStore final : public Store {
     }
 
     int ops() const { return m_ops; }
+    std::size_t bytes() const { return m_bytes; }
 
   private:
     std::unique_ptr<Store> m_inner;
     int m_ops = 0;
+    std::size_t m_bytes = 0;
 };
 
 }  // namespace ddprun
