@@ -25,6 +25,7 @@ import argparse
 import ctypes
 import itertools
 import json
+import math
 import os
 import platform
 import selectors
@@ -1510,7 +1511,8 @@ def bench_rendezvous_simulated(args, c10d):
 
     # etcd: one process per run, each with an etcd of its own (started before the clock).
     # The join's time may grow faster than N: a run that took long is not repeated, and a
-    # count that even linear growth from the last one would take past the bound is not run.
+    # count is not run when the growth measured so far (linear at best) would take it past
+    # the bound.
     store = "etcd"
     if not os.access(ETCD, os.X_OK):
         rows.append([store, "-", "etcd not installed"] + ["-"] * 7)
@@ -1519,18 +1521,25 @@ def bench_rendezvous_simulated(args, c10d):
     skipped = []
     for agents in args.rdzv_sim_etcd:
         if join_s:
-            previous = max(join_s)
-            projected = join_s[previous] * agents / previous
+            measured = sorted(join_s)
+            previous = measured[-1]
+            exponent = 1.0  # time ~ N^exponent, from the last two counts measured
+            if len(measured) >= 2 and join_s[measured[-2]] > 0:
+                before = measured[-2]
+                exponent = max(1.0, math.log(join_s[previous] / join_s[before]) / math.log(previous / before))
+            projected = join_s[previous] * (agents / previous) ** exponent
             if projected > SCALE_LIMIT_S:
                 rows.append([first(store), str(agents), "not run"] + ["-"] * 7)
                 skipped.append(
-                    f"{agents} not run: {previous} took {join_s[previous]:.0f} s, so even linear growth "
-                    f"would take {projected:.0f} s, past the {SCALE_LIMIT_S} s bound"
+                    f"{agents} not run: {previous} took {join_s[previous]:.0f} s and the time grew as "
+                    f"N^{exponent:.2f}, so {agents} would take about {projected:.0f} s, past the "
+                    f"{SCALE_LIMIT_S} s bound"
                 )
                 continue
         runs = []
         for _ in range(args.scale_reps):
-            argv = [binary, str(agents), "1", "--backend=etcd"]
+            # Its own bound first, so that it stops its etcd and removes its data dir.
+            argv = [binary, str(agents), "1", "--backend=etcd", f"--limit={SCALE_LIMIT_S - 10}"]
             try:
                 _, got = run(argv, stdout=subprocess.PIPE, consume=parse, limit_s=SCALE_LIMIT_S)
             except BenchError as error:  # too many descriptors, threads or seconds here

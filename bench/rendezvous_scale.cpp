@@ -15,15 +15,17 @@
 // one machine, because each one loads libtorch; threads can. bench.py runs
 // this program and prints the table (bench/README.md).
 //
-//     rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd]
+//     rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd] [--limit=SECONDS]
 //
 // One line per run on stdout:
 //     agents=N connect_ms=X join_ms=Y ops_max=A ops_node0=B bytes_max=C bytes_node0=D cpu_ms=U
 // and over etcd, per agent (all agents' total over N, node 0 included), then
 // the CPU time the etcd process used during the join:
 //     ... requests=R range=G txn=T put=P watch=W grpc_bytes=Z etcd_cpu_ms=E
-// Exit status: 0, 1 when a run failed (the reason on stderr), 2 for a usage
-// error, 3 when etcd is not installed.
+// Exit status: 0, 1 when a run failed or --limit passed (the reason on
+// stderr), 2 for a usage error, 3 when etcd is not installed. --limit bounds
+// the whole program and stops its etcd first: a caller's SIGKILL would leave
+// the etcd's data dir behind.
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -318,7 +320,8 @@ bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int 
 
 int usage() {
     std::fprintf(stderr,
-                 "usage: rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd]  (AGENTS >= 2)\n");
+                 "usage: rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd] [--limit=SECONDS]"
+                 "  (AGENTS >= 2)\n");
     return 2;
 }
 
@@ -327,12 +330,16 @@ int usage() {
 int main(int argc, char** argv) {
     std::vector<std::string> numbers;
     Backend backend = Backend::Tcp;
+    int limit_s = 0;
     for (int i = 1; i < argc; ++i) {
         std::string_view arg = argv[i];
         if (arg == "--backend=tcp" || arg == "--backend=c10d") {
             backend = Backend::Tcp;
         } else if (arg == "--backend=etcd") {
             backend = Backend::Etcd;
+        } else if (arg.starts_with("--limit=")) {
+            limit_s = std::atoi(argv[i] + std::strlen("--limit="));
+            if (limit_s <= 0) return usage();
         } else if (arg.starts_with("-")) {
             return usage();
         } else {
@@ -368,6 +375,18 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "rendezvous_scale: %s\n", etcd->error().c_str());
             return ::access("/usr/bin/etcd", X_OK) == 0 ? 1 : 3;
         }
+    }
+    if (limit_s > 0) {
+        // A timer, not a wait for something: the joins may never end.
+        std::thread([limit_s, &etcd] {
+            std::this_thread::sleep_for(std::chrono::seconds(limit_s));
+            std::fprintf(stderr, "rendezvous_scale: gave up after %d s (--limit)\n", limit_s);
+            // No agent uses the cluster object, and the main thread only before and
+            // after a join, which is where a run past its limit is not: it can go (its
+            // etcd stopped by pid, its data dir removed).
+            etcd.reset();
+            std::_Exit(1);
+        }).detach();
     }
     try {
         for (int run = 0; run < runs; ++run) {
