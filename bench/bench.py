@@ -28,6 +28,7 @@ import json
 import math
 import os
 import platform
+import resource
 import selectors
 import shutil
 import signal
@@ -1430,6 +1431,7 @@ def bench_rendezvous_agents(args, helper, scratch):
 
 SIMULATED_ETCD_GOAL_S = 1.5  # (i): 1024 simulated agents joining over etcd
 SIMULATED_REPEAT_S = 30  # (i): an etcd run that took longer than this is not repeated
+ETCD_SIM_FDS_PER_AGENT = 8  # (i): rendezvous_scale's descriptors per agent over etcd (measured)
 
 
 def bench_rendezvous_simulated(args, c10d):
@@ -1530,11 +1532,16 @@ def bench_rendezvous_simulated(args, c10d):
             projected = join_s[previous] * (agents / previous) ** exponent
             if projected > SCALE_LIMIT_S:
                 rows.append([first(store), str(agents), "not run"] + ["-"] * 7)
-                skipped.append(
+                why = (
                     f"{agents} not run: {previous} took {join_s[previous]:.0f} s and the time grew as "
                     f"N^{exponent:.2f}, so {agents} would take about {projected:.0f} s, past the "
                     f"{SCALE_LIMIT_S} s bound"
                 )
+                hard_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+                needed = agents * ETCD_SIM_FDS_PER_AGENT + 64
+                if hard_limit != resource.RLIM_INFINITY and needed > hard_limit:
+                    why += f", and it would need about {needed} descriptors, over the hard limit {hard_limit}"
+                skipped.append(why)
                 continue
         runs = []
         for _ in range(args.scale_reps):

@@ -354,10 +354,25 @@ int main(int argc, char** argv) {
     // Both ends of every connection live in this process, or in it and the
     // etcd it starts (which inherits the limit): N agents need a few
     // descriptors each, and a waiting etcd agent one more for its watch.
-    rlimit limit{};
+    rlimit limit{RLIM_INFINITY, RLIM_INFINITY};
     if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
         limit.rlim_cur = limit.rlim_max;
         ::setrlimit(RLIMIT_NOFILE, &limit);
+    }
+    // Over etcd an agent holds about 8 (measured): each connection has its own
+    // io_context (a socket, an epoll, an eventfd and a timerfd), and a waiting
+    // agent has two, the second for its watch. Past the limit a join would fail
+    // midway with "Too many open files"; better to say so now.
+    constexpr rlim_t k_etcd_fds_per_agent = 8;
+    const rlim_t etcd_fds = static_cast<rlim_t>(agents) * k_etcd_fds_per_agent + 64;
+    if (backend == Backend::Etcd && etcd_fds > limit.rlim_cur) {
+        std::fprintf(stderr,
+                     "rendezvous_scale: %d agents over etcd need about %llu descriptors (%llu "
+                     "each), more than this process may open (%llu, the hard limit)\n",
+                     agents, static_cast<unsigned long long>(etcd_fds),
+                     static_cast<unsigned long long>(k_etcd_fds_per_agent),
+                     static_cast<unsigned long long>(limit.rlim_cur));
+        return 1;
     }
     std::unique_ptr<ddprun::EtcdCluster> etcd;
     if (backend == Backend::Tcp) {
