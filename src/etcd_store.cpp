@@ -3,6 +3,8 @@
 // transactions; get and wait block on a watch, never a poll.
 #include "ddprun/etcd_store.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ddprun/etcd_client.hpp"
@@ -14,6 +16,9 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+// etcd's default --max-txn-ops: more operations in one transaction are refused.
+constexpr std::size_t k_max_txn_ops = 128;
 
 // etcd's integers arrive as JSON strings (int64 in the gateway's mapping).
 std::int64_t integer_field(const json& object, const char* name) {
@@ -95,19 +100,25 @@ class EtcdStore final : public Store {
     }
 
     bool check(const std::vector<std::string>& keys) override {
-        if (keys.empty()) return true;
-        // One round trip for all: a transaction of ranges that always succeeds.
-        json ranges = json::array();
-        for (const auto& key : keys)
-            ranges.push_back({{"request_range", {{"key", encoded(key)}, {"count_only", true}}}});
-        json answer = m_client.call("/v3/kv/txn", {{"success", ranges}});
-        if (!answer.contains("responses") || !answer["responses"].is_array()) return false;
-        for (const json& response : answer["responses"]) {
-            if (!response.contains("response_range") ||
-                integer_field(response["response_range"], "count") == 0)
+        // A round trip per k_max_txn_ops keys: a transaction of ranges that always succeeds
+        // (etcd refuses more operations in one transaction by default, --max-txn-ops).
+        for (std::size_t first = 0; first < keys.size(); first += k_max_txn_ops) {
+            const std::size_t last = std::min(keys.size(), first + k_max_txn_ops);
+            json ranges = json::array();
+            for (std::size_t i = first; i < last; ++i)
+                ranges.push_back(
+                    {{"request_range", {{"key", encoded(keys[i])}, {"count_only", true}}}});
+            json answer = m_client.call("/v3/kv/txn", {{"success", ranges}});
+            if (!answer.contains("responses") || !answer["responses"].is_array() ||
+                answer["responses"].size() != last - first)
                 return false;
+            for (const json& response : answer["responses"]) {
+                if (!response.contains("response_range") ||
+                    integer_field(response["response_range"], "count") == 0)
+                    return false;
+            }
         }
-        return answer["responses"].size() == keys.size();
+        return true;
     }
 
     void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {

@@ -211,6 +211,16 @@ TEST_P(StoreContract, CheckNeedsEveryKey) {
     EXPECT_TRUE(m.store->check({"x", "y"}));
 }
 
+TEST_P(StoreContract, CheckTakesManyKeys) {
+    // More keys than etcd takes in one transaction (128 by default).
+    std::vector<std::string> keys;
+    for (int i = 0; i < 300; ++i) keys.push_back("many/" + std::to_string(i));
+    for (const auto& key : keys) m.other->set(key, "1");
+    EXPECT_TRUE(m.store->check(keys));
+    keys.push_back("many/absent");
+    EXPECT_FALSE(m.store->check(keys));
+}
+
 TEST_P(StoreContract, WaitTimesOut) {
     m.other->set("present", "1");
     EXPECT_NO_THROW(m.store->wait({"present"}, 100ms));
