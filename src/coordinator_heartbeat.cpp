@@ -25,6 +25,18 @@ constexpr const char* k_store_host_is_vital =
     "; an elastic job survives the loss of any node but node 0, whose agent hosts the "
     "rendezvous store with --rdzv_backend=c10d";
 
+// The round's stop when `node` stopped answering: `why` is how that was seen.
+FailureRecord node_lost(int node, const std::string& why) {
+    FailureRecord record;
+    record.kind = FailureKind::NodeLost;
+    record.node_rank = node;
+    record.exit_code = exit_code::kRendezvous;
+    record.time_ms = wall_ms();
+    record.message =
+        fmt::format("node {} stopped answering ({}: killed, frozen or cut off)", node, why);
+    return record;
+}
+
 }  // namespace
 
 void Coordinator::start_heartbeats(int node_rank, LostHandler on_lost) {
@@ -174,16 +186,9 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     asio::post(m_io, [on_lost, msg] { on_lost(msg); });
                 } else if (host || m_options.etcd) {
                     // On etcd node 0 is a node like any other: its loss is a node's loss.
-                    FailureRecord record;
-                    record.kind = FailureKind::NodeLost;
-                    record.node_rank = stale.front();
-                    record.exit_code = exit_code::kRendezvous;
-                    record.time_ms = wall_ms();
-                    record.message = fmt::format(
-                        "node {} stopped answering (no heartbeat for {} ms: killed, frozen or "
-                        "cut off)",
-                        stale.front(), timeout.count());
-                    rendezvous.publish_failure(round, record);
+                    rendezvous.publish_failure(
+                        round, node_lost(stale.front(),
+                                         fmt::format("no heartbeat for {} ms", timeout.count())));
                 } else {
                     std::string msg = fmt::format(
                         "the store's host (node 0) stopped answering (no heartbeat for {} ms)",
@@ -210,16 +215,10 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     m_beat_done_ms = steady_ms();
                     if (lost.empty() || reported) continue;
                     reported = true;
-                    FailureRecord record;
-                    record.kind = FailureKind::NodeLost;
-                    record.node_rank = lost.front();
-                    record.exit_code = exit_code::kRendezvous;
-                    record.time_ms = wall_ms();
-                    record.message = fmt::format(
-                        "node {} stopped answering (its etcd lease of {} ms expired: killed, "
-                        "frozen or cut off)",
-                        lost.front(), timeout.count());
-                    rendezvous.publish_failure(round, record);
+                    rendezvous.publish_failure(
+                        round,
+                        node_lost(lost.front(),
+                                  fmt::format("its etcd lease of {} ms expired", timeout.count())));
                 }
             } catch (const StoreError& e) {
                 if (m_closing) return;  // cancelled: the agent is closing

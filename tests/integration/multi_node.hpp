@@ -4,6 +4,8 @@
 // that read what they printed and what their workers recorded.
 #pragma once
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -166,6 +168,16 @@ class MultiNodeTest : public IntegrationTest {
         std::vector<std::unique_ptr<DdprunProcess>> agents;
         for (const auto& node : nodes) agents.push_back(start_node(job, node, options));
         return wait_nodes(agents);
+    }
+
+    // Kills an agent the way a host dies: its supervisor and the agent itself at once, so
+    // that nothing is published and only the heartbeats (or leases) tell.
+    void kill_node(DdprunProcess& victim) {
+        pid_t agent = agent_of(victim);
+        ASSERT_GT(agent, 0) << "no agent process under ddprun " << victim.pid();
+        ::kill(agent, SIGKILL);
+        ::kill(victim.pid(), SIGKILL);
+        expect_orphans_to_clean_up();
     }
 
     static std::vector<RunResult> wait_nodes(

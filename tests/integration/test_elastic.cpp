@@ -68,6 +68,14 @@ class ElasticTest : public MultiNodeTest {
         return start_node(job, node(job, n, std::move(actions)));
     }
 
+    // The agents at 127.0.0.1 to 127.0.0.<count>, all running `actions`.
+    std::vector<std::unique_ptr<DdprunProcess>> start_agents(
+        const Job& job, int count, const std::vector<std::string>& actions = {}) {
+        std::vector<std::unique_ptr<DdprunProcess>> agents;
+        for (int n = 1; n <= count; ++n) agents.push_back(start_at(job, n, actions));
+        return agents;
+    }
+
     // Every worker start so far, by round.
     std::map<int, std::vector<Start>> rounds() const {
         std::map<int, std::vector<Start>> by_round;
@@ -125,16 +133,6 @@ class ElasticTest : public MultiNodeTest {
             if (agent->running()) agent->send_signal(SIGTERM);
         return wait_nodes(agents);
     }
-
-    // Kills an agent the way a host dies: its supervisor and the agent itself at once, so
-    // that nothing is published and only the heartbeats tell.
-    void kill_node(DdprunProcess& victim) {
-        pid_t agent = agent_of(victim);
-        ASSERT_GT(agent, 0) << "no agent process under ddprun " << victim.pid();
-        ::kill(agent, SIGKILL);
-        ::kill(victim.pid(), SIGKILL);
-        expect_orphans_to_clean_up();
-    }
 };
 
 // --- forming rounds -------------------------------------------------------------
@@ -142,8 +140,7 @@ class ElasticTest : public MultiNodeTest {
 TEST_F(ElasticTest, TheFirstRoundFormsAtOnceWhenMaxNodesJoined) {
     Job job = elastic_job(1, 3);
     job.conf["last_call_timeout"] = "120";  // far beyond the guard: MAX must not wait for it
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
     auto r = stop_all(agents);
     EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
@@ -151,9 +148,7 @@ TEST_F(ElasticTest, TheFirstRoundFormsAtOnceWhenMaxNodesJoined) {
 
 TEST_F(ElasticTest, TheFirstRoundFormsAtMinAfterTheLastCall) {
     Job job = elastic_job(2, 3);
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    agents.push_back(start_at(job, 1));
-    agents.push_back(start_at(job, 2));
+    auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
     auto r = stop_all(agents);
     EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143})) << describe_all(r);
@@ -192,9 +187,7 @@ TEST_F(ElasticTest, DryRunShowsThePlanAtMinAndAtMax) {
 
 TEST_F(ElasticTest, ANewcomerRestartsEveryWorkerWithTheLargerWorld) {
     Job job = elastic_job(1, 3);
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    agents.push_back(start_at(job, 1));
-    agents.push_back(start_at(job, 2));
+    auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
     agents.push_back(start_at(job, 3));
     ASSERT_TRUE(wait_round(1, 3, agents));
@@ -211,9 +204,7 @@ TEST_F(ElasticTest, ANewcomerRestartsEveryWorkerWithTheLargerWorld) {
 
 TEST_F(ElasticTest, BeyondMaxANewcomerWaitsAsASpareAndReplacesAKilledNode) {
     Job job = elastic_job(1, 2);
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    agents.push_back(start_at(job, 1));
-    agents.push_back(start_at(job, 2));
+    auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
     agents.push_back(start_at(job, 3));
     ASSERT_TRUE(agents[2]->wait_for_output("waiting as a spare", 20s, true)) << stderr_of(agents);
@@ -235,8 +226,7 @@ TEST_F(ElasticTest, BeyondMaxANewcomerWaitsAsASpareAndReplacesAKilledNode) {
 
 TEST_F(ElasticTest, AKilledNodeIsReplacedByTheSurvivorsAfterTheHeartbeatTimeout) {
     Job job = elastic_job(2, 3);
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
     kill_node(*agents[1]);
     if (HasFatalFailure()) return;
@@ -255,8 +245,7 @@ TEST_F(ElasticTest, AKilledNodeIsReplacedByTheSurvivorsAfterTheHeartbeatTimeout)
 
 TEST_F(ElasticTest, AFrozenNodeIsDroppedAndRefusedOnceThawed) {
     Job job = elastic_job(2, 3);
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
     auto& frozen = *agents[2];
     pid_t agent = agent_of(frozen);
@@ -281,8 +270,7 @@ TEST_F(ElasticTest, AStopSignalToOneNodeMakesItLeaveAndTheOthersGoOnAtOnce) {
     Job job = elastic_job(2, 3);
     // A leave needs no heartbeat: one this long would fail the test if it were waited for.
     job.conf["heartbeat_timeout"] = "60";
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
     agents[1]->send_signal(SIGTERM);
     ASSERT_TRUE(agents[1]->wait_exit_for(20s)) << stderr_of(agents);
@@ -297,9 +285,7 @@ TEST_F(ElasticTest, AStopSignalToOneNodeMakesItLeaveAndTheOthersGoOnAtOnce) {
 TEST_F(ElasticTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnlyThose) {
     Job job = elastic_job(2, 3);
     job.flags = {"--shutdown_timeout=300"};  // a grace the test would notice
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    for (int n = 1; n <= 3; ++n)
-        agents.push_back(start_at(job, n, recorders({"ignore-term", "sleep", "300"})));
+    auto agents = start_agents(job, 3, recorders({"ignore-term", "sleep", "300"}));
     ASSERT_TRUE(wait_round(0, 3, agents));
     agents[2]->send_signal(SIGTERM);
     ASSERT_TRUE(agents[2]->wait_for_output("leaving the job", 10s, true)) << stderr_of(agents);
@@ -322,9 +308,7 @@ TEST_F(ElasticTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnlyThose) 
 TEST_F(ElasticTest, BelowMinTheSurvivorsGiveUpAfterTheJoinTimeoutNamingTheLostNode) {
     Job job = elastic_job(2, 3);
     job.conf["join_timeout"] = "3";
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    agents.push_back(start_at(job, 1));
-    agents.push_back(start_at(job, 2));
+    auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
     agents[1]->send_signal(SIGTERM);
     auto r = wait_nodes(agents);
@@ -338,8 +322,7 @@ TEST_F(ElasticTest, BelowMinTheSurvivorsGiveUpAfterTheJoinTimeoutNamingTheLostNo
 
 TEST_F(ElasticTest, LosingTheStoresHostEndsTheJobEverywhereSayingWhy) {
     Job job = elastic_job(1, 3);
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
     kill_node(*agents[0]);
     if (HasFatalFailure()) return;
@@ -397,9 +380,7 @@ TEST_F(ElasticTest, ANewcomerToAFinishingJobExitsZeroSayingSo) {
 
 TEST_F(ElasticTest, ANewcomerOfAnotherShapeIsRefusedAndTheJobGoesOn) {
     Job job = elastic_job(1, 3);
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    agents.push_back(start_at(job, 1));
-    agents.push_back(start_at(job, 2));
+    auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
     Job other = job;
     other.min_nnodes = 2;
@@ -415,8 +396,7 @@ TEST_F(ElasticTest, ANewcomerOfAnotherShapeIsRefusedAndTheJobGoesOn) {
 
 TEST_F(ElasticTest, ASchedulersStopToEveryNodeEndsTheJobAsToday) {
     Job job = elastic_job(2, 3);
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    for (int n = 1; n <= 3; ++n) agents.push_back(start_at(job, n));
+    auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
     auto r = stop_all(agents);
     EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);

@@ -113,11 +113,8 @@ TEST_F(EtcdTest, AKilledNodeStopsTheOtherWithTheRendezvousCode) {
             start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = sleepers(m_dir)}));
         wait_ready(4, agents);
         if (HasFatalFailure()) return;
-        pid_t agent = agent_of(*agents[static_cast<std::size_t>(victim)]);
-        ASSERT_GT(agent, 0);
-        ::kill(agent, SIGKILL);
-        ::kill(agents[static_cast<std::size_t>(victim)]->pid(), SIGKILL);
-        expect_orphans_to_clean_up();
+        kill_node(*agents[static_cast<std::size_t>(victim)]);
+        if (HasFatalFailure()) return;
         auto r = wait_nodes(agents);
         const auto& survivor = r[static_cast<std::size_t>(1 - victim)];
         EXPECT_EQ(survivor.exit_code, k_rendezvous_exit) << describe_all(r);
