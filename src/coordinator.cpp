@@ -6,6 +6,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "ddprun/clock.hpp"
+#include "ddprun/etcd_liveness.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/text.hpp"
 
@@ -40,6 +41,9 @@ Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<
     m_ops_rendezvous = std::make_unique<Rendezvous>(*m_ops_store, m_options.run_id);
     m_ops = std::make_unique<asio::thread_pool>(1);
     m_round_nnodes = m_options.me.fingerprint.nnodes;
+    if (m_options.etcd)
+        m_entry = std::make_unique<EtcdLiveness>(*m_options.etcd, m_options.run_id,
+                                                 m_options.heartbeat_timeout);
 }
 
 std::optional<Error> Coordinator::arrive() {
@@ -96,6 +100,7 @@ Coordinator::~Coordinator() {
         // The heartbeat thread may be in an etcd watch: end it now.
         std::lock_guard lock(m_mutex);
         if (m_liveness) m_liveness->cancel();
+        if (m_entry) m_entry->cancel();
     }
     if (store_stalled()) {
         // Threads blocked forever in a store call: abandon them with what they use; the
@@ -151,6 +156,20 @@ void Coordinator::join(int round, int node_rank, int master_port, JoinDone done)
     asio::post(*m_ops, [this, round, me, done = std::move(done)] {
         auto result = m_ops_rendezvous->join(round, me, m_options.store.is_server,
                                              m_options.join_timeout, !m_options.etcd);
+        if (result && m_entry) {
+            // This node's lease key, before its workers start: from then on, its death
+            // is seen through the watch of the others.
+            try {
+                const std::int64_t revision = m_entry->enter(round, result->node_rank);
+                m_entered_lease = m_entry->lease();
+                m_entered_revision = revision;
+                m_entered_round = round;
+            } catch (const StoreError& e) {
+                result = std::unexpected(
+                    Error{fmt::format("putting this node's etcd lease key: {}", e.what()),
+                          exit_code::kRendezvous});
+            }
+        }
         asio::post(m_io, [done, result = std::move(result)] { done(result); });
     });
 }

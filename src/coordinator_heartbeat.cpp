@@ -85,6 +85,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
         if (m_closing && liveness) liveness->cancel();
     }
     std::vector<int> watched;
+    int followed = -1;  // on etcd: the round whose lease keys are watched
     auto round_started = HeartbeatMonitor::Clock::now();
     bool presence_checked = false;
     std::unique_ptr<HeartbeatMonitor> monitor;
@@ -110,7 +111,6 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 watched.clear();
                 round_started = now;
                 presence_checked = false;
-                if (liveness) liveness->enter(round, node_rank);
                 if (elastic) {
                     if (!host) watched.push_back(0);
                 } else if (host) {
@@ -124,6 +124,14 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 monitor = std::make_unique<HeartbeatMonitor>(
                     liveness ? std::vector<int>{} : watched, timeout, now);
                 reported = false;
+            }
+            if (liveness && m_entered_round != followed) {
+                // The join put this round's key: watch from there on.
+                followed = m_entered_round;
+                liveness->follow(followed, m_entered_lease, m_entered_revision);
+                // Every node joined by now: each has had the time to put its key from here.
+                round_started = now;
+                presence_checked = false;
             }
             if (liveness)
                 liveness->keep_alive();
@@ -156,7 +164,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             if (liveness) {
                 // A node that never put its key (it died right after joining) is lost too,
                 // once it has had heartbeat_timeout to do so.
-                if (!presence_checked && now - round_started >= timeout) {
+                if (!presence_checked && followed == round && now - round_started >= timeout) {
                     presence_checked = true;
                     for (int node : liveness->missing(watched))
                         monitor->observe(node, std::nullopt, round_started);
@@ -187,8 +195,13 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 } else if (host || m_options.etcd) {
                     // On etcd node 0 is a node like any other: its loss is a node's loss.
                     rendezvous.publish_failure(
-                        round, node_lost(stale.front(),
-                                         fmt::format("no heartbeat for {} ms", timeout.count())));
+                        round,
+                        node_lost(stale.front(),
+                                  liveness
+                                      ? fmt::format("no etcd lease key within {} ms of the "
+                                                    "round's start",
+                                                    timeout.count())
+                                      : fmt::format("no heartbeat for {} ms", timeout.count())));
                 } else {
                     std::string msg = fmt::format(
                         "the store's host (node 0) stopped answering (no heartbeat for {} ms)",
@@ -209,7 +222,8 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             // closing stays prompt.
             try {
                 const auto next = HeartbeatMonitor::Clock::now() + interval;
-                while (!m_closing && HeartbeatMonitor::Clock::now() < next) {
+                while (!m_closing && HeartbeatMonitor::Clock::now() < next &&
+                       m_entered_round == followed) {
                     auto lost = liveness->lost_until(
                         watched, std::min(next, HeartbeatMonitor::Clock::now() + 500ms));
                     m_beat_done_ms = steady_ms();

@@ -47,7 +47,7 @@ std::string EtcdLiveness::prefix() const {
     return fmt::format("{}r{}/alive/", m_key_prefix, m_round);
 }
 
-void EtcdLiveness::enter(int round, int node_rank) {
+std::int64_t EtcdLiveness::enter(int round, int node_rank) {
     if (m_lease == 0) {
         json grant = m_client.call("/v3/lease/grant", {{"TTL", std::to_string(m_ttl_seconds)}});
         m_lease = int64_field(grant, "ID");
@@ -61,6 +61,13 @@ void EtcdLiveness::enter(int round, int node_rank) {
                                      {"lease", std::to_string(m_lease)}});
     // Deletions are watched from the round's start on.
     m_revision = put.contains("header") ? int64_field(put["header"], "revision") : 0;
+    return m_revision;
+}
+
+void EtcdLiveness::follow(int round, std::int64_t lease, std::int64_t revision) {
+    m_round = round;
+    m_lease = lease;
+    m_revision = revision;
 }
 
 void EtcdLiveness::keep_alive() {

@@ -172,6 +172,12 @@ class Coordinator {
     std::unique_ptr<ElasticMember> m_ops_member;  // the operations thread (join)
     std::unique_ptr<ElasticLeader> m_leader;      // the store's host of an elastic job
     EtcdLiveness* m_liveness = nullptr;           // the heartbeat thread's, under m_mutex (etcd)
+    std::unique_ptr<EtcdLiveness> m_entry;        // the operations thread's: puts the round's key
+    // The round whose key m_entry put, under which lease, at which revision: the heartbeat
+    // thread follows it (the revision and lease are stored before the round).
+    std::atomic<int> m_entered_round{-1};
+    std::atomic<std::int64_t> m_entered_lease{0};
+    std::atomic<std::int64_t> m_entered_revision{0};
     std::atomic<std::int64_t> m_beat_done_ms{0};
     std::atomic<bool> m_abandoned{false};  // steady clock; 0: heartbeats not started
     std::function<void()> m_on_kill;

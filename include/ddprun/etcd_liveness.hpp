@@ -5,6 +5,10 @@
 // is cut off stops keeping its lease alive: etcd deletes its key when the TTL
 // runs out, and whoever watches sees the deletion at once (a watch, not a
 // poll of counters).
+//
+// Two instances serve one agent: the join's puts the key before the round's
+// workers start (so that a node is watched from its first worker on), the
+// heartbeat thread's follows it, keeps the lease alive and watches the others.
 #pragma once
 
 #include <chrono>
@@ -24,10 +28,14 @@ class EtcdLiveness {
                  std::chrono::milliseconds ttl);
 
     // This agent takes part in `round` as `node_rank`: its key, under its lease
-    // (granted on the first call). Throws StoreError.
-    void enter(int round, int node_rank);
-    // Renews the lease. Throws StoreError, also when etcd says it has expired
-    // (this agent was given up for dead).
+    // (granted on the first call). Returns the revision of the put. Throws StoreError.
+    std::int64_t enter(int round, int node_rank);
+    std::int64_t lease() const { return m_lease; }
+    // Follows `round`, whose key another instance put under `lease` at `revision`:
+    // deletions are watched from there on.
+    void follow(int round, std::int64_t lease, std::int64_t revision);
+    // Renews the lease (none before the first follow). Throws StoreError, also when
+    // etcd says it has expired (this agent was given up for dead).
     void keep_alive();
     // The nodes among `watched` whose key disappeared since the last call,
     // waiting for one at most until `deadline`. Throws StoreError.
