@@ -101,6 +101,7 @@ Coordinator::~Coordinator() {
         std::lock_guard lock(m_mutex);
         if (m_liveness) m_liveness->cancel();
         if (m_entry) m_entry->cancel();
+        if (m_watch_store) m_watch_store->cancel();
     }
     if (store_stalled()) {
         // Threads blocked forever in a store call: abandon them with what they use; the
@@ -185,9 +186,18 @@ void Coordinator::watch(int round, StopHandler on_stop) {
             asio::post(m_io, [on_stop, lost = store_lost(e.what())] { on_stop(lost); });
             return;
         }
+        // A store whose wait can be cancelled (etcd) keeps one watch open for a heartbeat
+        // timeout at a time (a member frozen mid-watch costs at most that; closing cancels
+        // it); the others wait in short slices, so that closing stays prompt.
+        const auto slice = store->cancellable() ? m_options.heartbeat_timeout : k_wait_slice;
+        publish_watch_store(store.get());
+        struct Unpublish {
+            Coordinator& self;
+            ~Unpublish() { self.publish_watch_store(nullptr); }
+        } unpublish{*this};
         Rendezvous rendezvous(*store, m_options.run_id);
         for (;;) {
-            StopEvent event = rendezvous.wait_stop(round, k_wait_slice);
+            StopEvent event = rendezvous.wait_stop(round, slice);
             if (event.kind == StopEvent::Kind::Timeout) {
                 if (m_closing || m_watch_cancelled) return;
                 continue;
@@ -196,6 +206,18 @@ void Coordinator::watch(int round, StopHandler on_stop) {
             return;
         }
     });
+}
+
+void Coordinator::publish_watch_store(Store* store) {
+    std::lock_guard lock(m_mutex);
+    m_watch_store = store;
+    if (store && (m_closing || m_watch_cancelled)) store->cancel();
+}
+
+void Coordinator::cancel_watch() {
+    m_watch_cancelled = true;
+    std::lock_guard lock(m_mutex);
+    if (m_watch_store) m_watch_store->cancel();
 }
 
 void Coordinator::publish_failure(int round, FailureRecord record) {
@@ -254,7 +276,7 @@ void Coordinator::abort(int round, const std::string& message, int exit_code) {
 void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds bound,
                             const std::vector<int>& lost, bool store_alive, bool joined) {
     // The round may end without a stop (this agent was killed): the watcher must not wait.
-    m_watch_cancelled = true;
+    cancel_watch();
     stop_watcher();
     if (!store_alive) return;  // a call to a dead store could block until its timeout
     try {

@@ -136,6 +136,8 @@ class EtcdStore final : public Store {
     }
 
     std::unique_ptr<Store> clone() override { return std::make_unique<EtcdStore>(m_options); }
+    bool cancellable() const override { return true; }
+    void cancel() override { m_client.cancel(); }
 
   private:
     std::string etcd_key(const std::string& key) const {

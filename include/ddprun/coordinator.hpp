@@ -147,6 +147,8 @@ class Coordinator {
     Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store);
     void heartbeat_loop(int node_rank, LostHandler on_lost);
     void stop_watcher();
+    void publish_watch_store(Store* store);               // the watcher's, for cancel_watch()
+    void cancel_watch();                                  // the round ended: the watcher returns
     void give_up(int round, const std::string& message);  // abort on the operations thread
 
     boost::asio::io_context& m_io;
@@ -171,6 +173,7 @@ class Coordinator {
     std::unique_ptr<ElasticMember> m_member;      // main thread (leave, close_job)
     std::unique_ptr<ElasticMember> m_ops_member;  // the operations thread (join)
     std::unique_ptr<ElasticLeader> m_leader;      // the store's host of an elastic job
+    Store* m_watch_store = nullptr;               // the watcher thread's, under m_mutex
     EtcdLiveness* m_liveness = nullptr;           // the heartbeat thread's, under m_mutex (etcd)
     std::unique_ptr<EtcdLiveness> m_entry;        // the operations thread's: puts the round's key
     // The round whose key m_entry put, under which lease, at which revision: the heartbeat

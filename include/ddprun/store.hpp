@@ -43,6 +43,12 @@ class Store {
     virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
     // A second connection to the same store, for use from another thread.
     virtual std::unique_ptr<Store> clone() = 0;
+    // Whether cancel() ends a wait in progress (etcd). c10d's waits end only at their
+    // timeout: wait in short slices there.
+    virtual bool cancellable() const { return false; }
+    // From another thread: ends a wait in progress at once (StoreError Timeout), and
+    // every later call, where the store is cancellable.
+    virtual void cancel() {}
 };
 
 struct StoreOptions {
