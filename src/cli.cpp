@@ -165,10 +165,6 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
         b.fail(b.find("rdzv_endpoint")
                    ->error_hint("several endpoints are the members of an etcd cluster",
                                 "add --rdzv_backend=etcd, or give one HOST:PORT"));
-    if (!b.error() && config.rdzv_backend == "etcd" && config.elastic())
-        b.fail(b.find("rdzv_backend")
-                   ->error_hint("elastic jobs (--nnodes=MIN:MAX) over etcd are not supported yet",
-                                "use --rdzv_backend=c10d for an elastic job"));
     if (standalone) {
         config.standalone = true;
         config.rdzv_backend = "c10d";

@@ -53,15 +53,17 @@ std::optional<Error> Coordinator::arrive() {
         m_agent = ElasticMember::arrive(*m_store, m_options.run_id);
         m_member = std::make_unique<ElasticMember>(*m_store, m_options.run_id, m_agent);
         m_ops_member = std::make_unique<ElasticMember>(*m_ops_store, m_options.run_id, m_agent);
-        if (m_options.store.is_server) {
-            ElasticLeader::Options leader;
-            leader.run_id = m_options.run_id;
-            leader.agent = m_agent;
-            leader.me = m_options.me;
-            leader.limits = m_options.limits;
-            leader.heartbeat_timeout = m_options.heartbeat_timeout;
-            m_leader = std::make_unique<ElasticLeader>(m_store->clone(), std::move(leader));
-            m_leader->start();
+        if (m_entry) {
+            // etcd: alive under this agent's lease from now on, and the leader is whoever
+            // holds "e/leader" (this agent, if nobody does yet).
+            m_entry->hold(fmt::format("e/alive/{}", m_agent));
+            m_entered_lease = m_entry->lease();
+            auto leader = m_entry->campaign("e/leader", std::to_string(m_agent));
+            m_leader_revision = leader.revision;
+            follow_leader(static_cast<int>(to_integer(leader.value).value_or(-1)));
+            if (m_followed_leader == m_agent) lead(-1, {});
+        } else if (m_options.store.is_server) {
+            lead(-1, {});
         }
         return std::nullopt;
     } catch (const StoreError& e) {
@@ -69,8 +71,29 @@ std::optional<Error> Coordinator::arrive() {
     }
 }
 
+void Coordinator::follow_leader(int leader) {
+    m_followed_leader = leader;
+    m_member->follow_leader(leader);
+    m_ops_member->follow_leader(leader);
+}
+
+void Coordinator::lead(int lost_leader, std::vector<int> alive) {
+    ElasticLeader::Options leader;
+    leader.run_id = m_options.run_id;
+    leader.agent = m_agent;
+    leader.me = m_options.me;
+    leader.limits = m_options.limits;
+    leader.heartbeat_timeout = m_options.heartbeat_timeout;
+    leader.leases = m_options.etcd.has_value();
+    leader.lost_leader = lost_leader;
+    leader.alive = std::move(alive);
+    m_leader = std::make_unique<ElasticLeader>(m_store->clone(), std::move(leader));
+    m_leader->start();
+}
+
 void Coordinator::leave(const std::string& why) {
     if (!m_member) return;
+    m_left = true;
     try {
         m_member->leave(why);
     } catch (const StoreError& e) {
@@ -79,7 +102,8 @@ void Coordinator::leave(const std::string& why) {
 }
 
 void Coordinator::close_job(int exit_code, const std::string& message) {
-    if (!m_leader || store_stalled()) return;
+    // A leader that left (etcd) hands the job over: it goes on without this agent.
+    if (!m_leader || m_left || store_stalled()) return;
     try {
         m_member->close(exit_code, message);
         m_leader->wait_closed(std::chrono::seconds(3));
@@ -124,6 +148,18 @@ Coordinator::~Coordinator() {
     if (m_heartbeat.joinable()) m_heartbeat.join();
     stop_watcher();
     m_ops->join();
+    if (m_entry && m_options.elastic && m_entered_lease != 0) {
+        // Its keys go at once: the others re-form (or elect a leader) without waiting
+        // for the lease to run out. A client of its own: the others were cancelled.
+        EtcdOptions client = m_options.etcd->client;
+        client.timeout = std::min<std::chrono::milliseconds>(client.timeout, 2s);
+        try {
+            EtcdClient(client).call("/v3/lease/revoke",
+                                    {{"ID", std::to_string(m_entered_lease.load())}});
+        } catch (const StoreError& e) {
+            spdlog::debug("revoking this agent's etcd lease: {}", e.what());
+        }
+    }
 }
 
 void Coordinator::stop_watcher() {

@@ -69,8 +69,11 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     // On etcd, liveness is a lease: the agent renews it, etcd deletes a dead agent's key,
     // and the watchers see the deletion (etcd_liveness.hpp).
     std::unique_ptr<EtcdLiveness> liveness;
-    if (m_options.etcd)
+    if (m_options.etcd) {
         liveness = std::make_unique<EtcdLiveness>(*m_options.etcd, m_options.run_id, timeout);
+        // An elastic agent holds its lease from its arrival on (arrive()).
+        if (elastic) liveness->follow(-1, m_entered_lease, 0);
+    }
     // The destructor cancels its watch; the pointer goes before the object does.
     struct Published {
         Coordinator& self;
@@ -102,7 +105,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             if (elastic && round == -2) {
                 round = -1;  // before the first round: beat and watch the leader only
                 monitor = std::make_unique<HeartbeatMonitor>(
-                    host ? std::vector<int>{} : std::vector<int>{0}, timeout, now);
+                    host || liveness ? std::vector<int>{} : std::vector<int>{0}, timeout, now);
             }
             if (m_round != round) {
                 round = m_round;
@@ -212,7 +215,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
         } catch (const StoreError& e) {
             if (m_closing && liveness) return;  // its etcd calls were cancelled: closing
             std::string msg = std::string("lost the rendezvous store: ") + e.what();
-            if (elastic) msg += k_store_host_is_vital;
+            if (elastic && !liveness) msg += k_store_host_is_vital;
             asio::post(m_io, [on_lost, msg] { on_lost(msg); });
             return;
         }
@@ -224,8 +227,13 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 const auto next = HeartbeatMonitor::Clock::now() + interval;
                 while (!m_closing && HeartbeatMonitor::Clock::now() < next &&
                        m_entered_round == followed) {
-                    auto lost = liveness->lost_until(
-                        watched, std::min(next, HeartbeatMonitor::Clock::now() + 500ms));
+                    const auto slice = std::min(next, HeartbeatMonitor::Clock::now() + 500ms);
+                    if (elastic) {
+                        watch_leadership(*liveness, *store, slice);
+                        m_beat_done_ms = steady_ms();
+                        continue;
+                    }
+                    auto lost = liveness->lost_until(watched, slice);
                     m_beat_done_ms = steady_ms();
                     if (lost.empty() || reported) continue;
                     reported = true;
@@ -246,6 +254,51 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
         lock.lock();
         m_wake.wait_for(lock, interval, [this] { return m_closing.load(); });
     }
+}
+
+void Coordinator::watch_leadership(EtcdLiveness& liveness, Store& store,
+                                   std::chrono::steady_clock::time_point deadline) {
+    const int leader = m_followed_leader;
+    const bool leading = leader == m_agent;
+    // The leader's agent watches every agent's key; the others, the leader's.
+    const std::string alive = "e/alive/";
+    const std::string watched = leading ? alive : "e/leader";
+    if (liveness.watched() != watched) liveness.watch(watched, m_leader_revision);
+    auto deleted = liveness.deleted_until(deadline);
+    if (deleted.empty()) return;
+    if (leading) {
+        ElasticMember reporter(store, m_options.run_id, m_agent);
+        reporter.follow_leader(m_agent);
+        for (const std::string& name : deleted) {
+            auto agent = to_integer(std::string_view(name).substr(alive.size()));
+            if (!agent || *agent == m_agent || *agent < 0 || *agent >= (1 << 30)) continue;
+            reporter.report_lost(
+                static_cast<int>(*agent),
+                fmt::format("stopped answering (its etcd lease of {} ms expired: killed, "
+                            "frozen or cut off)",
+                            m_options.heartbeat_timeout.count()));
+        }
+        return;
+    }
+    // The leader's key is gone (its lease expired or was revoked): elect a successor,
+    // the first agent to create the key again.
+    std::optional<long long> next;
+    EtcdLiveness::Held held;
+    while (!next && !m_closing) {
+        held = liveness.campaign("e/leader", std::to_string(m_agent));
+        next = to_integer(held.value);
+    }
+    if (!next) return;
+    m_leader_revision = held.revision;
+    if (*next == m_agent) {
+        std::vector<int> agents;
+        for (const std::string& name : liveness.present(alive))
+            if (auto agent = to_integer(name)) agents.push_back(static_cast<int>(*agent));
+        spdlog::info("the agent that led the job (agent {}) is gone; this agent leads it now",
+                     leader);
+        asio::post(m_io, [this, leader, agents] { lead(leader, agents); });
+    }
+    follow_leader(static_cast<int>(*next));
 }
 
 }  // namespace ddprun

@@ -47,6 +47,11 @@ std::string elastic_key(const std::string& run_id, std::string_view name) {
     return fmt::format("ddprun/{}/e/{}", run_id, name);
 }
 
+std::string queue_key(const std::string& run_id, int leader, std::string_view name) {
+    return leader < 0 ? elastic_key(run_id, name)
+                      : elastic_key(run_id, fmt::format("L{}/{}", leader, name));
+}
+
 // ---------------------------------------------------------------------------
 // ElasticMember
 
@@ -62,8 +67,13 @@ std::string ElasticMember::heartbeat_key(bool leader) const {
 }
 
 void ElasticMember::post(const std::string& event) {
-    std::int64_t number = m_store.add(elastic_key(m_run_id, "events"), 1);
-    m_store.set(elastic_key(m_run_id, fmt::format("event/{}", number)), event);
+    const int leader = m_leader;
+    std::int64_t number = m_store.add(queue_key(m_run_id, leader, "events"), 1);
+    m_store.set(queue_key(m_run_id, leader, fmt::format("event/{}", number)), event);
+}
+
+void ElasticMember::report_lost(int agent, const std::string& why) {
+    post(detail::lost_event_json(agent, why));
 }
 
 void ElasticMember::leave(const std::string& why) {
@@ -80,6 +90,7 @@ std::expected<RoundMembership, Error> ElasticMember::join(
     bool zero_checked = false;
     bool said_spare = false;
     try {
+        int asked = m_leader;
         post(detail::join_event_json(m_agent, m_next_answer, me));
         for (;;) {
             const std::string key = answer_key(m_run_id, m_agent, m_next_answer);
@@ -88,6 +99,14 @@ std::expected<RoundMembership, Error> ElasticMember::join(
             } catch (const StoreError& error) {
                 if (!timed_out(error)) throw;
                 if (cancelled()) return std::unexpected(rendezvous_error("the join was cancelled"));
+                if (m_leader != asked) {
+                    // The leader was lost: ask its successor, under a new answer number (a
+                    // late answer of the lost one is never read).
+                    asked = m_leader;
+                    ++m_next_answer;
+                    post(detail::join_event_json(m_agent, m_next_answer, me));
+                    continue;
+                }
                 // The job ended before the leader read this agent's event.
                 if (const std::string closed_key = elastic_key(m_run_id, "closed");
                     m_store.check({closed_key})) {
@@ -168,10 +187,12 @@ struct ElasticLeader::Impl {
         : store(std::move(s)),
           options(std::move(o)),
           rounds(*store, options.run_id),
-          planner(options.limits, options.agent, options.me.fingerprint, Clock::now()),
+          planner(options.limits, options.leases ? -1 : options.agent, options.me.fingerprint,
+                  Clock::now()),
           monitor({}, options.heartbeat_timeout, Clock::now()) {}
 
     void run();
+    void take_over(Clock::time_point now);
     void handle(const std::string& text, Clock::time_point now);
     void skip_gap(Clock::time_point now);
     void check_heartbeats(Clock::time_point now);
@@ -180,6 +201,9 @@ struct ElasticLeader::Impl {
     void answer(int agent, detail::ElasticAnswer reply);
     void close(int exit_code, const std::string& message);
     std::string key(std::string_view name) const { return elastic_key(options.run_id, name); }
+    std::string queue(std::string_view name) const {
+        return queue_key(options.run_id, options.leases ? options.agent : -1, name);
+    }
 };
 
 ElasticLeader::ElasticLeader(std::unique_ptr<Store> store, Options options)
@@ -225,6 +249,8 @@ void ElasticLeader::Impl::run() {
     NodeInfo zero = options.me;
     zero.node_rank = 0;
     store->set(round_key(options.run_id, 0, "zero"), to_json(zero));
+    if (options.lost_leader >= 0) take_over(Clock::now());
+    for (const auto& action : planner.take_actions()) carry_out(action);
     const auto interval = std::max<milliseconds>(options.heartbeat_timeout / 5, milliseconds(50));
     auto next_check = Clock::now() + interval;
     while (!stopping && !closed) {
@@ -233,7 +259,7 @@ void ElasticLeader::Impl::run() {
         if (auto deadline = planner.next_deadline()) until = std::min(until, *deadline);
         auto slice = std::clamp(std::chrono::duration_cast<milliseconds>(until - now),
                                 milliseconds(1), k_slice);
-        const std::string event_key = key(fmt::format("event/{}", next_event));
+        const std::string event_key = queue(fmt::format("event/{}", next_event));
         std::optional<std::string> text;
         try {
             store->wait({event_key}, slice);
@@ -260,7 +286,7 @@ void ElasticLeader::Impl::run() {
 }
 
 void ElasticLeader::Impl::skip_gap(Clock::time_point now) {
-    if (store->add(key("events"), 0) < next_event) {
+    if (store->add(queue("events"), 0) < next_event) {
         gap_since.reset();
         return;
     }
@@ -276,7 +302,7 @@ void ElasticLeader::Impl::handle(const std::string& text, Clock::time_point now)
     auto event = detail::parse_event(text);
     if (!event) {
         spdlog::warn(
-            "{}", detail::malformed(key(fmt::format("event/{}", next_event - 1)), event.error()));
+            "{}", detail::malformed(queue(fmt::format("event/{}", next_event - 1)), event.error()));
         return;
     }
     switch (event->kind) {
@@ -292,13 +318,44 @@ void ElasticLeader::Impl::handle(const std::string& text, Clock::time_point now)
             monitor.forget(event->agent);
             planner.leave(event->agent, fmt::format("left ({})", event->message), now);
             break;
+        case detail::ElasticEvent::Kind::Lost:
+            planner.lost(event->agent, event->message, now);
+            break;
         case detail::ElasticEvent::Kind::Close:
             if (event->agent == options.agent) close(event->exit_code, event->message);
             break;
     }
 }
 
+// A successor (etcd): the last round the lost leader formed, stopped now without it;
+// its members that are alive come back through the new queue.
+void ElasticLeader::Impl::take_over(Clock::time_point now) {
+    const std::string state_key = key("state");
+    if (!store->check({state_key})) return;  // it formed no round: every agent asks again
+    auto state = detail::parse_state(store->get(state_key));
+    if (!state) {
+        spdlog::warn("{}", detail::malformed(state_key, state.error()));
+        return;
+    }
+    restarts = state->restarts;
+    const bool running = !store->check({rounds.key(state->round, "stop")});
+    std::vector<int> others;
+    for (int agent : options.alive)
+        if (std::none_of(state->members.begin(), state->members.end(),
+                         [agent](const auto& member) { return member.first == agent; }))
+            others.push_back(agent);
+    planner.resume(state->round, state->members, running, others, now);
+    const std::string why = fmt::format(
+        "stopped answering (its etcd lease of {} ms expired: killed, frozen or cut off)",
+        options.heartbeat_timeout.count());
+    planner.lost(options.lost_leader, why + "; it led the job", now);
+    for (const auto& [agent, node] : state->members)
+        if (std::find(options.alive.begin(), options.alive.end(), agent) == options.alive.end())
+            planner.lost(agent, why, now);
+}
+
 void ElasticLeader::Impl::check_heartbeats(Clock::time_point now) {
+    if (options.leases) return;  // losses come as events
     for (int agent : planner.live()) {
         if (agent == options.agent) continue;
         const std::string hb_key = key(fmt::format("hb/{}", agent));
@@ -342,10 +399,14 @@ void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
                 }
             }
             std::vector<NodeInfo> nodes;
+            detail::ElasticState state{action.round, restarts, {}};
             for (int agent : action.members) {
                 nodes.push_back(*planner.info(agent));
                 nodes.back().node_rank = static_cast<int>(nodes.size()) - 1;
+                state.members.emplace_back(agent, nodes.back());
             }
+            // For a successor, should this leader be lost (etcd).
+            if (options.leases) store->set(key("state"), detail::state_json(state));
             store->compare_set(rounds.key(action.round, "result"), "",
                                detail::membership_json(action.round, nodes, options.me.fingerprint,
                                                        restarts, action.message));

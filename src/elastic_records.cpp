@@ -19,6 +19,7 @@ constexpr std::pair<ElasticEvent::Kind, std::string_view> k_event_kinds[] = {
     {ElasticEvent::Kind::Join, "join"},
     {ElasticEvent::Kind::Leave, "leave"},
     {ElasticEvent::Kind::Close, "close"},
+    {ElasticEvent::Kind::Lost, "lost"},
 };
 constexpr std::pair<ElasticAnswer::Kind, std::string_view> k_answer_kinds[] = {
     {ElasticAnswer::Kind::Round, "round"},
@@ -52,6 +53,12 @@ std::string join_event_json(int agent, int answer, const NodeInfo& node) {
 std::string leave_event_json(int agent, const std::string& why) {
     return json{
         {"kind", "leave"}, {"agent", agent}, {"message", truncated(why, k_max_message_bytes)}}
+        .dump();
+}
+
+std::string lost_event_json(int agent, const std::string& why) {
+    return json{
+        {"kind", "lost"}, {"agent", agent}, {"message", truncated(why, k_max_message_bytes)}}
         .dump();
 }
 
@@ -112,6 +119,37 @@ std::expected<ElasticAnswer, std::string> parse_answer(std::string_view text) {
     read.integer("exit_code", answer.exit_code, 0, 255);
     if (!read.ok()) return std::unexpected(read.error());
     return answer;
+}
+
+std::string state_json(const ElasticState& state) {
+    json members = json::array();
+    for (const auto& [agent, node] : state.members)
+        members.push_back({{"agent", agent}, {"node", node_json(node)}});
+    return json{{"round", state.round}, {"restarts", state.restarts}, {"members", members}}.dump();
+}
+
+std::expected<ElasticState, std::string> parse_state(std::string_view text) {
+    auto object = parse_object(text);
+    if (!object) return std::unexpected(object.error());
+    ElasticState state;
+    FieldReader read(*object);
+    read.integer("round", state.round, 0, k_max_int);
+    read.integer("restarts", state.restarts, 0, k_max_int);
+    if (!read.ok()) return std::unexpected(read.error());
+    if (!object->contains("members") || !(*object)["members"].is_array())
+        return std::unexpected(std::string("field 'members' is not a list"));
+    for (const json& member : (*object)["members"]) {
+        if (!member.is_object() || !member.contains("node"))
+            return std::unexpected(std::string("a member has no 'node'"));
+        int agent = -1;
+        FieldReader member_read(member);
+        member_read.integer("agent", agent, 0, k_max_int);
+        if (!member_read.ok()) return std::unexpected(member_read.error());
+        auto node = node_from(member["node"]);
+        if (!node) return std::unexpected(node.error());
+        state.members.emplace_back(agent, std::move(*node));
+    }
+    return state;
 }
 
 }  // namespace ddprun::detail

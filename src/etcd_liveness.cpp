@@ -22,17 +22,21 @@ std::int64_t int64_field(const json& object, const char* name) {
     return 0;
 }
 
-// The node rank at the end of an alive key ("<prefix>alive/3" -> 3), -1 if none.
-int node_of(const std::string& key, const std::string& prefix) {
-    if (!key.starts_with(prefix)) return -1;
-    auto rank = to_integer(std::string_view(key).substr(prefix.size()));
-    return rank && *rank >= 0 && *rank < (1 << 30) ? static_cast<int>(*rank) : -1;
+std::int64_t header_revision(const json& answer) {
+    return answer.contains("header") ? int64_field(answer["header"], "revision") : 0;
 }
 
-// The key right after every key that starts with `prefix`: a watch's range end.
+// The key right after every key that starts with `prefix`: a range's end.
 std::string prefix_end(std::string prefix) {
     prefix.back() = static_cast<char>(prefix.back() + 1);
     return prefix;
+}
+
+// The node rank at the end of a round key ("r2/alive/3" -> 3), -1 if none.
+int node_of(const std::string& name, const std::string& prefix) {
+    if (!name.starts_with(prefix)) return -1;
+    auto rank = to_integer(std::string_view(name).substr(prefix.size()));
+    return rank && *rank >= 0 && *rank < (1 << 30) ? static_cast<int>(*rank) : -1;
 }
 
 }  // namespace
@@ -43,31 +47,34 @@ EtcdLiveness::EtcdLiveness(const EtcdStoreOptions& options, std::string run_id,
       m_key_prefix(options.prefix + run_id + "/"),
       m_ttl_seconds(std::max<std::int64_t>(2, (ttl.count() + 999) / 1000)) {}
 
-std::string EtcdLiveness::prefix() const {
-    return fmt::format("{}r{}/alive/", m_key_prefix, m_round);
+std::string EtcdLiveness::round_prefix() const {
+    return fmt::format("r{}/alive/", m_round);
 }
 
-std::int64_t EtcdLiveness::enter(int round, int node_rank) {
+std::int64_t EtcdLiveness::hold(const std::string& name, const std::string& value) {
     if (m_lease == 0) {
         json grant = m_client.call("/v3/lease/grant", {{"TTL", std::to_string(m_ttl_seconds)}});
         m_lease = int64_field(grant, "ID");
         if (m_lease == 0)
             throw StoreError(StoreError::Kind::Other, "etcd granted no lease: " + grant.dump());
     }
+    json put = m_client.call("/v3/kv/put", {{"key", etcd_base64(m_key_prefix + name)},
+                                            {"value", etcd_base64(value)},
+                                            {"lease", std::to_string(m_lease)}});
+    return header_revision(put);
+}
+
+std::int64_t EtcdLiveness::enter(int round, int node_rank) {
     m_round = round;
-    json put =
-        m_client.call("/v3/kv/put", {{"key", etcd_base64(prefix() + std::to_string(node_rank))},
-                                     {"value", etcd_base64("1")},
-                                     {"lease", std::to_string(m_lease)}});
-    // Deletions are watched from the round's start on.
-    m_revision = put.contains("header") ? int64_field(put["header"], "revision") : 0;
-    return m_revision;
+    const std::int64_t revision = hold(round_prefix() + std::to_string(node_rank));
+    watch(round_prefix(), revision);
+    return revision;
 }
 
 void EtcdLiveness::follow(int round, std::int64_t lease, std::int64_t revision) {
     m_round = round;
     m_lease = lease;
-    m_revision = revision;
+    watch(round_prefix(), revision);
 }
 
 void EtcdLiveness::keep_alive() {
@@ -81,34 +88,86 @@ void EtcdLiveness::keep_alive() {
                                      m_ttl_seconds));
 }
 
-std::vector<int> EtcdLiveness::lost_until(const std::vector<int>& watched,
-                                          std::chrono::steady_clock::time_point deadline) {
-    if (m_round < 0) return {};
-    const std::string keys = prefix();
-    auto batch = m_client.watch_events(keys, prefix_end(keys), m_revision + 1, deadline);
-    std::vector<int> lost;
+EtcdLiveness::Held EtcdLiveness::campaign(const std::string& name, const std::string& value) {
+    if (m_lease == 0) throw StoreError(StoreError::Kind::Other, "no etcd lease to campaign with");
+    const std::string key = etcd_base64(m_key_prefix + name);
+    json txn = {{"compare", json::array({{{"key", key},
+                                          {"target", "CREATE"},
+                                          {"result", "EQUAL"},
+                                          {"create_revision", "0"}}})},
+                {"success", json::array({{{"request_put",
+                                           {{"key", key},
+                                            {"value", etcd_base64(value)},
+                                            {"lease", std::to_string(m_lease)}}}}})},
+                {"failure", json::array({{{"request_range", {{"key", key}}}}})}};
+    json answer = m_client.call("/v3/kv/txn", txn);
+    Held held{value, header_revision(answer)};
+    if (answer.value("succeeded", false)) return held;
+    held.value.clear();
+    if (answer.contains("responses") && answer["responses"].is_array())
+        for (const json& response : answer["responses"]) {
+            const json& range = response.value("response_range", json::object());
+            if (range.contains("kvs") && range["kvs"].is_array() && !range["kvs"].empty())
+                held.value = etcd_unbase64(range["kvs"][0].value("value", std::string()));
+        }
+    return held;
+}
+
+void EtcdLiveness::watch(const std::string& name, std::int64_t revision) {
+    m_watched = name;
+    m_revision = revision;
+}
+
+std::vector<std::string> EtcdLiveness::deleted_until(
+    std::chrono::steady_clock::time_point deadline) {
+    if (m_watched.empty()) return {};
+    const std::string key = m_key_prefix + m_watched;
+    const bool prefix = m_watched.back() == '/';
+    auto batch = m_client.watch_events(key, prefix ? prefix_end(key) : std::string(),
+                                       m_revision + 1, deadline);
+    std::vector<std::string> deleted;
     for (const json& event : batch.events) {
         m_revision = std::max(m_revision, batch.revision);
         if (event.value("type", std::string()) != "DELETE" || !event.contains("kv")) continue;
-        int node = node_of(etcd_unbase64(event["kv"].value("key", std::string())), keys);
+        std::string name = etcd_unbase64(event["kv"].value("key", std::string()));
+        if (name.starts_with(m_key_prefix)) deleted.push_back(name.substr(m_key_prefix.size()));
+    }
+    return deleted;
+}
+
+std::vector<int> EtcdLiveness::lost_until(const std::vector<int>& watched,
+                                          std::chrono::steady_clock::time_point deadline) {
+    if (m_round < 0) return {};
+    std::vector<int> lost;
+    for (const std::string& name : deleted_until(deadline)) {
+        int node = node_of(name, round_prefix());
         if (std::find(watched.begin(), watched.end(), node) != watched.end()) lost.push_back(node);
     }
     return lost;
 }
 
+std::vector<std::string> EtcdLiveness::present(const std::string& name) {
+    const std::string key = m_key_prefix + name;
+    json answer = m_client.call("/v3/kv/range", {{"key", etcd_base64(key)},
+                                                 {"range_end", etcd_base64(prefix_end(key))},
+                                                 {"keys_only", true}});
+    std::vector<std::string> names;
+    if (answer.contains("kvs") && answer["kvs"].is_array())
+        for (const json& kv : answer["kvs"]) {
+            std::string full = etcd_unbase64(kv.value("key", std::string()));
+            if (full.starts_with(key)) names.push_back(full.substr(key.size()));
+        }
+    return names;
+}
+
 std::vector<int> EtcdLiveness::missing(const std::vector<int>& watched) {
     if (m_round < 0) return {};
-    const std::string keys = prefix();
-    json answer = m_client.call("/v3/kv/range", {{"key", etcd_base64(keys)},
-                                                 {"range_end", etcd_base64(prefix_end(keys))},
-                                                 {"keys_only", true}});
-    std::vector<int> present;
-    if (answer.contains("kvs") && answer["kvs"].is_array())
-        for (const json& kv : answer["kvs"])
-            present.push_back(node_of(etcd_unbase64(kv.value("key", std::string())), keys));
+    std::vector<int> present_nodes;
+    for (const std::string& name : present(round_prefix()))
+        present_nodes.push_back(node_of(round_prefix() + name, round_prefix()));
     std::vector<int> absent;
     for (int node : watched)
-        if (std::find(present.begin(), present.end(), node) == present.end())
+        if (std::find(present_nodes.begin(), present_nodes.end(), node) == present_nodes.end())
             absent.push_back(node);
     return absent;
 }

@@ -30,6 +30,25 @@ MembershipPlanner::MembershipPlanner(MembershipLimits limits, int leader, Finger
                                      Clock::time_point start)
     : m_limits(limits), m_leader(leader), m_job(std::move(job)), m_forming_since(start) {}
 
+void MembershipPlanner::resume(int round, const std::vector<std::pair<int, NodeInfo>>& members,
+                               bool running, const std::vector<int>& others,
+                               Clock::time_point now) {
+    m_round = round;
+    m_members.clear();
+    for (const auto& [agent, node] : members) {
+        m_agents[agent] = Agent{State::Member, node};
+        m_members.push_back(agent);
+    }
+    for (int agent : others)
+        if (!m_agents.contains(agent)) {
+            m_agents[agent] = Agent{State::Expected, {}};
+            m_spares.insert(agent);
+        }
+    m_running = running;
+    m_stop_sent = false;
+    m_forming_since = now;
+}
+
 const NodeInfo* MembershipPlanner::info(int agent) const {
     auto it = m_agents.find(agent);
     return it == m_agents.end() ? nullptr : &it->second.info;
@@ -37,7 +56,8 @@ const NodeInfo* MembershipPlanner::info(int agent) const {
 
 std::string MembershipPlanner::describe(int agent) const {
     const NodeInfo* node = info(agent);
-    return node ? detail::describe_agent(node->host, node->pid) : fmt::format("agent {}", agent);
+    return node && !node->host.empty() ? detail::describe_agent(node->host, node->pid)
+                                       : fmt::format("agent {}", agent);
 }
 
 std::vector<int> MembershipPlanner::waiting() const {
@@ -69,6 +89,11 @@ void MembershipPlanner::join(int agent, const NodeInfo& node, Clock::time_point 
         m_actions.push_back(std::move(action));
     };
     auto it = m_agents.find(agent);
+    if (it != m_agents.end() && it->second.state == State::Expected) {
+        // A spare of the lost leader: it comes as a newcomer that was waiting already.
+        m_agents.erase(it);
+        it = m_agents.end();
+    }
     if (it != m_agents.end() && it->second.state == State::Gone) {
         answer(MembershipAction::Reply::Refused,
                "rendezvous: the others gave this node up (it left or stopped answering); start "
@@ -98,7 +123,7 @@ void MembershipPlanner::join(int agent, const NodeInfo& node, Clock::time_point 
         m_agents[agent] = Agent{State::Waiting, node};
         if (m_running) {
             if (static_cast<int>(m_members.size()) < m_limits.max_nnodes) {
-                m_changes.push_back(describe(agent) + " joined");
+                if (!m_spares.contains(agent)) m_changes.push_back(describe(agent) + " joined");
                 if (!m_stop_sent) {
                     m_stop_sent = true;
                     MembershipAction stop;
@@ -113,7 +138,8 @@ void MembershipPlanner::join(int agent, const NodeInfo& node, Clock::time_point 
             }
             return;
         }
-        if (m_round >= 0) m_changes.push_back(describe(agent) + " joined");
+        if (m_round >= 0 && !m_spares.contains(agent))
+            m_changes.push_back(describe(agent) + " joined");
         try_form(now);
         return;
     }
@@ -205,8 +231,8 @@ void MembershipPlanner::try_form(Clock::time_point now) {
     const auto waiting_ids = waiting();
     const int waiting_count = static_cast<int>(waiting_ids.size());
     const int live_count = static_cast<int>(live().size());
-    const bool leader_waits =
-        std::find(waiting_ids.begin(), waiting_ids.end(), m_leader) != waiting_ids.end();
+    const bool leader_waits = m_leader < 0 || std::find(waiting_ids.begin(), waiting_ids.end(),
+                                                        m_leader) != waiting_ids.end();
     bool ready = false;
     if (m_round < 0) {
         if (waiting_count < m_limits.min_nnodes) {
@@ -253,7 +279,8 @@ void MembershipPlanner::try_form(Clock::time_point now) {
 }
 
 void MembershipPlanner::form() {
-    std::vector<int> order{m_leader};
+    std::vector<int> order;
+    if (m_leader >= 0) order.push_back(m_leader);
     for (int id : m_members)
         if (id != m_leader && m_agents[id].state == State::Waiting) order.push_back(id);
     for (int id : waiting())

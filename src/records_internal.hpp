@@ -74,9 +74,10 @@ std::expected<std::vector<FailureRecord>, std::string> parse_outcomes(std::strin
 
 // An elastic job's queue of events for its leader (elastic.hpp): an agent asks
 // to join (and waits for answer number `answer`), or leaves; the leader's own
-// agent closes the job. Malformed events are reported and skipped.
+// agent closes the job, or (etcd) reports an agent whose lease expired (Lost).
+// Malformed events are reported and skipped.
 struct ElasticEvent {
-    enum class Kind { Join, Leave, Close };
+    enum class Kind { Join, Leave, Close, Lost };
     Kind kind = Kind::Join;
     int agent = -1;
     int answer = 0;
@@ -86,6 +87,7 @@ struct ElasticEvent {
 };
 std::string join_event_json(int agent, int answer, const NodeInfo& node);
 std::string leave_event_json(int agent, const std::string& why);
+std::string lost_event_json(int agent, const std::string& why);
 std::string close_event_json(int agent, int exit_code, const std::string& message);
 std::expected<ElasticEvent, std::string> parse_event(std::string_view text);
 
@@ -101,6 +103,17 @@ struct ElasticAnswer {
 };
 std::string answer_json(const ElasticAnswer& answer);
 std::expected<ElasticAnswer, std::string> parse_answer(std::string_view text);
+
+// What a leader leaves for the next one (etcd, where any agent may lead): the
+// last round it formed, its members (agent ids by node rank, with their
+// records) and the failure restarts before it.
+struct ElasticState {
+    int round = -1;
+    int restarts = 0;
+    std::vector<std::pair<int, NodeInfo>> members;
+};
+std::string state_json(const ElasticState& state);
+std::expected<ElasticState, std::string> parse_state(std::string_view text);
 
 // The round's stop and result records name their run ("run_id"): one that
 // names another run, or none, is malformed (the error says whose it is), so

@@ -42,8 +42,8 @@
 //   if-rank <r> <action...>        run the next action only when RANK == r
 //   if-local-rank <r> <action...>  ... only when LOCAL_RANK == r
 //   if-restart <n> <action...>     ... only when TORCHELASTIC_RESTART_COUNT == n
-// In paths and texts "{rank}", "{local_rank}", "{restart}", "{round}" (DDPRUN_ROUND) and
-// "{world}" (WORLD_SIZE) are replaced.
+// In paths and texts "{rank}", "{local_rank}", "{restart}", "{round}" (DDPRUN_ROUND),
+// "{world}" (WORLD_SIZE) and "{master}" (MASTER_ADDR) are replaced.
 //
 // Every fake_worker, and every grandchild it spawns, appends "<pid> <what>" to
 // $FAKE_WORKER_PIDFILE (when set) in a single write, so a test can check that
@@ -129,6 +129,7 @@ std::string substitute(std::string text) {
         {"{restart}", env_or("TORCHELASTIC_RESTART_COUNT", "")},
         {"{round}", env_or("DDPRUN_ROUND", "")},
         {"{world}", env_or("WORLD_SIZE", "")},
+        {"{master}", env_or("MASTER_ADDR", "")},
     };
     for (const auto& [key, value] : keys) {
         for (std::size_t at = text.find(key); at != std::string::npos;

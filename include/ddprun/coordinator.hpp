@@ -147,6 +147,14 @@ class Coordinator {
     Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store);
     void heartbeat_loop(int node_rank, LostHandler on_lost);
     void stop_watcher();
+    // Elastic: the agent `leader` leads; this one starts leading (after `lost_leader`,
+    // on etcd, with the agents alive then).
+    void follow_leader(int leader);
+    void lead(int lost_leader, std::vector<int> alive);
+    // Elastic on etcd, the heartbeat thread until `deadline`: the leader's agent reports
+    // the agents whose lease expired; the others elect a successor to a lost leader.
+    void watch_leadership(EtcdLiveness& liveness, Store& store,
+                          std::chrono::steady_clock::time_point deadline);
     void publish_watch_store(Store* store);               // the watcher's, for cancel_watch()
     void cancel_watch();                                  // the round ended: the watcher returns
     void give_up(int round, const std::string& message);  // abort on the operations thread
@@ -170,6 +178,7 @@ class Coordinator {
     std::atomic<int> m_round_nnodes{1};
     std::atomic<bool> m_join_cancelled{false};
     int m_agent = -1;                             // elastic: this agent's id, from arrive()
+    bool m_left = false;                          // elastic: it left the job (main thread)
     std::unique_ptr<ElasticMember> m_member;      // main thread (leave, close_job)
     std::unique_ptr<ElasticMember> m_ops_member;  // the operations thread (join)
     std::unique_ptr<ElasticLeader> m_leader;      // the store's host of an elastic job
@@ -181,6 +190,9 @@ class Coordinator {
     std::atomic<int> m_entered_round{-1};
     std::atomic<std::int64_t> m_entered_lease{0};
     std::atomic<std::int64_t> m_entered_revision{0};
+    // Elastic on etcd: who leads, and the revision at which that was learnt.
+    std::atomic<int> m_followed_leader{-1};
+    std::atomic<std::int64_t> m_leader_revision{0};
     std::atomic<std::int64_t> m_beat_done_ms{0};
     std::atomic<bool> m_abandoned{false};  // steady clock; 0: heartbeats not started
     std::function<void()> m_on_kill;

@@ -13,15 +13,27 @@
 // A round then runs, stops and ends exactly as in a fixed-size job
 // (rendezvous.hpp): workers fail, finish and are signalled through the
 // round's keys. Keys: ddprun/<run_id>/e/{arrivals, events, event/<i>,
-// answer/<agent>/<n>, answer/<agent>/<n>/read, hb/<agent>, hb/host}.
+// answer/<agent>/<n>, answer/<agent>/<n>/read, hb/<agent>, hb/host, state}.
+//
+// On etcd no agent hosts the store, so any agent may lead: the first to
+// create "e/leader" under its lease (etcd_liveness.hpp). Its queue is its own
+// (e/L<agent>/events, e/L<agent>/event/<i>), so that a successor starts on an
+// empty one; liveness is the agents' leases ("e/alive/<agent>"), whose
+// deletions the leader's agent posts as "lost" events. When the leader is
+// lost, the agents elect another; it takes over from the last round's record
+// ("state"), stops that round, and every waiting agent asks it again.
+// Node 0 is then the first survivor of the previous round, and MASTER_ADDR
+// its address.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <expected>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ddprun/membership.hpp"
 #include "ddprun/rendezvous.hpp"
@@ -52,6 +64,11 @@ class ElasticMember {
     // Leaves the job (a stop signal): the leader re-forms without this node.
     // Throws StoreError.
     void leave(const std::string& why);
+    // On etcd, the leader's own agent reports `agent`, whose lease expired.
+    void report_lost(int agent, const std::string& why);
+    // On etcd: the agent that leads now, whose queue events go to (from any
+    // thread). A join in progress asks the new leader again.
+    void follow_leader(int leader) { m_leader = leader; }
     // The leader's own agent ends the job: waiting agents are told `message`
     // (exit code 0: the job finished). Throws StoreError.
     void close(int exit_code, const std::string& message);
@@ -67,7 +84,12 @@ class ElasticMember {
     std::string m_run_id;
     int m_agent;
     int m_next_answer = 0;
+    std::atomic<int> m_leader{-1};  // -1: the store's host leads (c10d)
 };
+
+// The queue's keys ("events", "event/<i>") of the leader `leader` (-1: the
+// store's host, whose queue is the job's).
+std::string queue_key(const std::string& run_id, int leader, std::string_view name);
 
 // The leader: a thread over its own Store connection, from start() until the
 // job closes (ElasticMember::close from its agent) or it is destroyed.
@@ -79,6 +101,13 @@ class ElasticLeader {
         NodeInfo me;    // the leader's node record (fingerprint, address)
         MembershipLimits limits;
         std::chrono::milliseconds heartbeat_timeout{15000};
+        // On etcd: liveness comes as "lost" events, the queue is this agent's,
+        // and no agent is node 0 by right.
+        bool leases = false;
+        // On etcd, a successor: the leader it takes over from, and the agents
+        // whose lease was alive when it won.
+        int lost_leader = -1;
+        std::vector<int> alive;
     };
     ElasticLeader(std::unique_ptr<Store> store, Options options);
     ~ElasticLeader();

@@ -1,14 +1,16 @@
 // EtcdLiveness: an agent's liveness on the etcd backend, through an etcd
 // lease instead of heartbeat counters. Each agent holds a lease whose TTL is
-// heartbeat_timeout, kept alive from its heartbeat thread, and puts one key per
-// round under it ("r<round>/alive/<node_rank>"). An agent that dies, freezes or
-// is cut off stops keeping its lease alive: etcd deletes its key when the TTL
-// runs out, and whoever watches sees the deletion at once (a watch, not a
-// poll of counters).
+// heartbeat_timeout, kept alive from its heartbeat thread, and puts its keys
+// under it: one per round in a fixed-size job ("r<round>/alive/<node_rank>"),
+// one for its life in an elastic job ("e/alive/<agent>", and "e/leader" while
+// it leads). An agent that dies, freezes or is cut off stops keeping its lease
+// alive: etcd deletes its keys when the TTL runs out, and whoever watches sees
+// the deletion at once (a watch, not a poll of counters).
 //
-// Two instances serve one agent: the join's puts the key before the round's
+// Two instances serve one agent: the join's puts the keys before the round's
 // workers start (so that a node is watched from its first worker on), the
 // heartbeat thread's follows it, keeps the lease alive and watches the others.
+// Names are relative to the job's keys (the prefix and the run id).
 #pragma once
 
 #include <chrono>
@@ -27,33 +29,53 @@ class EtcdLiveness {
     EtcdLiveness(const EtcdStoreOptions& options, std::string run_id,
                  std::chrono::milliseconds ttl);
 
-    // This agent takes part in `round` as `node_rank`: its key, under its lease
-    // (granted on the first call). Returns the revision of the put. Throws StoreError.
+    // Puts `name` under this agent's lease (granted on the first call); returns
+    // the revision of the put. Throws StoreError.
+    std::int64_t hold(const std::string& name, const std::string& value = "1");
+    // This agent takes part in `round` as `node_rank`: its key, and the round's
+    // keys watched from there on. Returns the revision of the put.
     std::int64_t enter(int round, int node_rank);
     std::int64_t lease() const { return m_lease; }
-    // Follows `round`, whose key another instance put under `lease` at `revision`:
-    // deletions are watched from there on.
+    // Follows `round`, whose key another instance put under `lease` at `revision`.
     void follow(int round, std::int64_t lease, std::int64_t revision);
-    // Renews the lease (none before the first follow). Throws StoreError, also when
-    // etcd says it has expired (this agent was given up for dead).
+    // Renews the lease (none before the first hold or follow). Throws StoreError,
+    // also when etcd says it has expired (this agent was given up for dead).
     void keep_alive();
-    // The nodes among `watched` whose key disappeared since the last call,
-    // waiting for one at most until `deadline`. Throws StoreError.
+
+    // Puts `name` = `value` under this agent's lease unless it exists: returns
+    // the value it holds after the call (whoever won), and the revision then.
+    struct Held {
+        std::string value;
+        std::int64_t revision = 0;
+    };
+    Held campaign(const std::string& name, const std::string& value);
+
+    // Deletions to watch: `name`, or every key under it when it ends in '/',
+    // from `revision` on (replacing the round's keys of enter/follow).
+    void watch(const std::string& name, std::int64_t revision);
+    const std::string& watched() const { return m_watched; }
+    // The names (relative, as given) deleted since the last call, waiting for
+    // one at most until `deadline`. Throws StoreError.
+    std::vector<std::string> deleted_until(std::chrono::steady_clock::time_point deadline);
+    // The nodes among `watched` whose round key disappeared (enter or follow).
     std::vector<int> lost_until(const std::vector<int>& watched,
                                 std::chrono::steady_clock::time_point deadline);
-    // From another thread: ends a watch in progress (closing the agent).
-    void cancel() { m_client.cancel(); }
+    // The names under `name` (ending in '/') that exist now, without it.
+    std::vector<std::string> present(const std::string& name);
     // The nodes among `watched` that have no key in the current round.
     std::vector<int> missing(const std::vector<int>& watched);
+    // From another thread: ends a watch in progress (closing the agent).
+    void cancel() { m_client.cancel(); }
 
   private:
-    std::string prefix() const;  // of the current round's keys
+    std::string round_prefix() const;  // of the current round's keys, relative
 
     EtcdClient m_client;
     std::string m_key_prefix;  // the store's prefix and the run id
     std::int64_t m_ttl_seconds;
     std::int64_t m_lease = 0;
     int m_round = -1;
+    std::string m_watched;        // relative; a trailing '/' watches a prefix
     std::int64_t m_revision = 0;  // watched from here on
 };
 

@@ -11,9 +11,10 @@
 //    as soon as every live agent waits (the survivors of the previous round
 //    after stopping their workers, spares, newcomers) and at least MIN do.
 //    join_timeout bounds the wait of a round that cannot form.
-//  - Node ranks: the leader is node 0, then the previous round's nodes in
-//    their order, then the others in the order they first came. Past MAX the
-//    rest wait as spares.
+//  - Node ranks: the leader is node 0 when it hosts the store (c10d), then the
+//    previous round's nodes in their order, then the others in the order they
+//    first came. Past MAX the rest wait as spares. On etcd no agent is special:
+//    node 0 is the first of the previous round's survivors.
 //  - While a round runs, a newcomer stops it if the round has fewer than MAX
 //    nodes (else it is a spare); a member that leaves or is lost stops it.
 //    Once any node's workers have all succeeded the job is finishing: a
@@ -64,10 +65,18 @@ class MembershipPlanner {
   public:
     using Clock = std::chrono::steady_clock;
 
-    // `leader`: the agent id of the store's host (node 0 of every round); `job`:
-    // its fingerprint, which every agent must share.
+    // `leader`: the agent id of the store's host (node 0 of every round), or -1
+    // where no agent hosts it (etcd); `job`: the fingerprint every agent must share.
     MembershipPlanner(MembershipLimits limits, int leader, Fingerprint job,
                       Clock::time_point start);
+
+    // A new leader takes over from a lost one (etcd): `round` was the last formed,
+    // with `members` (agent ids by node rank, and their records); `running` unless
+    // its stop was seen; the `others` alive then (spares, newcomers) are expected to
+    // ask again, and the next round waits for them as for the members. Call before
+    // anything else.
+    void resume(int round, const std::vector<std::pair<int, NodeInfo>>& members, bool running,
+                const std::vector<int>& others, Clock::time_point now);
 
     // Agent `agent` (ids count arrivals, so they give the join order) asks to
     // join the next round: a newcomer, a spare, or a member whose round stopped.
@@ -96,7 +105,7 @@ class MembershipPlanner {
     const NodeInfo* info(int agent) const;
 
   private:
-    enum class State { Waiting, Member, Gone };
+    enum class State { Waiting, Member, Expected, Gone };
     struct Agent {
         State state = State::Waiting;
         NodeInfo info;

@@ -1,5 +1,7 @@
 // Black-box tests of elastic jobs (--nnodes=MIN:MAX): 3-4 agents on
-// 127.0.0.x join, leave, die, freeze and wait as spares while the job runs.
+// 127.0.0.x join, leave, die, freeze and wait as spares while the job runs,
+// over both rendezvous backends (c10d, where the agent at 127.0.0.1 hosts the
+// store and leads; etcd, a real one the suite starts, where any agent leads).
 // Each worker records the round it runs in, its rank and the world size as a
 // file ("r<round>.<rank>.of<world>.restart<n>"), so a test checks that every
 // node of every round agrees, without parsing anyone's output; and every agent's
@@ -16,8 +18,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ddprun/etcd_client.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
+#include "support/etcd_server.hpp"
 
 namespace ddprun_it {
 namespace {
@@ -33,8 +37,19 @@ struct Start {
 
 class ElasticTest : public MultiNodeTest {
   protected:
+    virtual bool etcd() const { return false; }
+
+    void SetUp() override {
+        MultiNodeTest::SetUp();
+        if (!etcd()) return;
+        if (!s_etcd) s_etcd = std::make_unique<ddprun::EtcdCluster>(1);
+        if (!s_etcd->ready()) GTEST_SKIP() << s_etcd->error();
+        add_service(s_etcd->pid(0));
+    }
+    static void TearDownTestSuite() { s_etcd.reset(); }
+
     // --nnodes=MIN:MAX, one worker per node, quick failure detection and a short last
-    // call; the agent at 127.0.0.1 hosts the store.
+    // call; over c10d the agent at 127.0.0.1 hosts the store.
     Job elastic_job(int min, int max) const {
         Job job;
         job.min_nnodes = min;
@@ -42,6 +57,9 @@ class ElasticTest : public MultiNodeTest {
         job.nproc = 1;
         job.conf = {{"join_timeout", "20"}, {"last_call_timeout", "1"}, {"heartbeat_timeout", "2"}};
         job.flags = {"--shutdown_timeout=5"};
+        if (etcd())
+            job.flags.insert(job.flags.end(),
+                             {"--rdzv_backend=etcd", "--rdzv_endpoint=" + s_etcd->endpoints()});
         return job;
     }
 
@@ -54,10 +72,11 @@ class ElasticTest : public MultiNodeTest {
         return actions;
     }
 
-    // The node at 127.0.0.<n>; n == 1 hosts the store.
+    // The node at 127.0.0.<n>; over c10d, n == 1 hosts the store.
     Node node(const Job& job, int n, std::vector<std::string> actions = {}) const {
-        std::string conf = fmt::format("is_host={}", n == 1 ? 1 : 0);
-        for (const auto& [key, value] : job.conf) conf += "," + key + "=" + value;
+        std::string conf = etcd() ? "" : fmt::format("is_host={}", n == 1 ? 1 : 0);
+        for (const auto& [key, value] : job.conf)
+            conf += (conf.empty() ? "" : ",") + key + "=" + value;
         return Node{.addr = fmt::format("127.0.0.{}", n),
                     .flags = {"--rdzv_conf=" + conf},
                     .actions = actions.empty() ? recorders() : actions};
@@ -133,11 +152,39 @@ class ElasticTest : public MultiNodeTest {
             if (agent->running()) agent->send_signal(SIGTERM);
         return wait_nodes(agents);
     }
+
+    static inline std::unique_ptr<ddprun::EtcdCluster> s_etcd;
+};
+
+// What every backend must do alike.
+class ElasticBackendTest : public ElasticTest, public ::testing::WithParamInterface<std::string> {
+  protected:
+    bool etcd() const override { return GetParam() == "etcd"; }
+};
+INSTANTIATE_TEST_SUITE_P(Backends, ElasticBackendTest, ::testing::Values("c10d", "etcd"),
+                         [](const auto& backend) { return backend.param; });
+
+// What only the etcd backend can do: lose the leader.
+class ElasticEtcdTest : public ElasticTest {
+  protected:
+    bool etcd() const override { return true; }
+
+    // Until an agent leads the job (its key is in etcd).
+    bool wait_for_leader() const {
+        ddprun::EtcdClient client({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+        const std::string key = "/ddprun/" + m_run_id + "/e/leader";
+        return wait_until(
+            [&] {
+                auto answer = client.call("/v3/kv/range", {{"key", ddprun::etcd_base64(key)}});
+                return answer.contains("kvs");
+            },
+            20s);
+    }
 };
 
 // --- forming rounds -------------------------------------------------------------
 
-TEST_F(ElasticTest, TheFirstRoundFormsAtOnceWhenMaxNodesJoined) {
+TEST_P(ElasticBackendTest, TheFirstRoundFormsAtOnceWhenMaxNodesJoined) {
     Job job = elastic_job(1, 3);
     job.conf["last_call_timeout"] = "120";  // far beyond the guard: MAX must not wait for it
     auto agents = start_agents(job, 3);
@@ -146,7 +193,7 @@ TEST_F(ElasticTest, TheFirstRoundFormsAtOnceWhenMaxNodesJoined) {
     EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
 }
 
-TEST_F(ElasticTest, TheFirstRoundFormsAtMinAfterTheLastCall) {
+TEST_P(ElasticBackendTest, TheFirstRoundFormsAtMinAfterTheLastCall) {
     Job job = elastic_job(2, 3);
     auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
@@ -157,7 +204,7 @@ TEST_F(ElasticTest, TheFirstRoundFormsAtMinAfterTheLastCall) {
             << describe_all(r);
 }
 
-TEST_F(ElasticTest, FewerThanMinNodesTimeOutNamingTheCount) {
+TEST_P(ElasticBackendTest, FewerThanMinNodesTimeOutNamingTheCount) {
     Job job = elastic_job(2, 3);
     job.conf["join_timeout"] = "2";
     auto agent = start_at(job, 1);
@@ -185,7 +232,7 @@ TEST_F(ElasticTest, DryRunShowsThePlanAtMinAndAtMax) {
 
 // --- scale-up -------------------------------------------------------------------
 
-TEST_F(ElasticTest, ANewcomerRestartsEveryWorkerWithTheLargerWorld) {
+TEST_P(ElasticBackendTest, ANewcomerRestartsEveryWorkerWithTheLargerWorld) {
     Job job = elastic_job(1, 3);
     auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
@@ -202,7 +249,7 @@ TEST_F(ElasticTest, ANewcomerRestartsEveryWorkerWithTheLargerWorld) {
             << describe_all(r);
 }
 
-TEST_F(ElasticTest, BeyondMaxANewcomerWaitsAsASpareAndReplacesAKilledNode) {
+TEST_P(ElasticBackendTest, BeyondMaxANewcomerWaitsAsASpareAndReplacesAKilledNode) {
     Job job = elastic_job(1, 2);
     auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
@@ -224,7 +271,7 @@ TEST_F(ElasticTest, BeyondMaxANewcomerWaitsAsASpareAndReplacesAKilledNode) {
 
 // --- scale-down -----------------------------------------------------------------
 
-TEST_F(ElasticTest, AKilledNodeIsReplacedByTheSurvivorsAfterTheHeartbeatTimeout) {
+TEST_P(ElasticBackendTest, AKilledNodeIsReplacedByTheSurvivorsAfterTheHeartbeatTimeout) {
     Job job = elastic_job(2, 3);
     auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
@@ -243,7 +290,7 @@ TEST_F(ElasticTest, AKilledNodeIsReplacedByTheSurvivorsAfterTheHeartbeatTimeout)
     EXPECT_TRUE(live.empty()) << "the killed node's workers outlived it:\n" << describe(live);
 }
 
-TEST_F(ElasticTest, AFrozenNodeIsDroppedAndRefusedOnceThawed) {
+TEST_P(ElasticBackendTest, AFrozenNodeIsDroppedAndRefusedOnceThawed) {
     Job job = elastic_job(2, 3);
     auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
@@ -266,7 +313,7 @@ TEST_F(ElasticTest, AFrozenNodeIsDroppedAndRefusedOnceThawed) {
         << describe_all(r);
 }
 
-TEST_F(ElasticTest, AStopSignalToOneNodeMakesItLeaveAndTheOthersGoOnAtOnce) {
+TEST_P(ElasticBackendTest, AStopSignalToOneNodeMakesItLeaveAndTheOthersGoOnAtOnce) {
     Job job = elastic_job(2, 3);
     // A leave needs no heartbeat: one this long would fail the test if it were waited for.
     job.conf["heartbeat_timeout"] = "60";
@@ -282,9 +329,9 @@ TEST_F(ElasticTest, AStopSignalToOneNodeMakesItLeaveAndTheOthersGoOnAtOnce) {
         << describe_all(r);
 }
 
-TEST_F(ElasticTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnlyThose) {
+TEST_P(ElasticBackendTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnlyThose) {
     Job job = elastic_job(2, 3);
-    job.flags = {"--shutdown_timeout=300"};  // a grace the test would notice
+    job.flags.push_back("--shutdown_timeout=300");  // a grace the test would notice
     auto agents = start_agents(job, 3, recorders({"ignore-term", "sleep", "300"}));
     ASSERT_TRUE(wait_round(0, 3, agents));
     agents[2]->send_signal(SIGTERM);
@@ -305,7 +352,7 @@ TEST_F(ElasticTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnlyThose) 
     EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
 }
 
-TEST_F(ElasticTest, BelowMinTheSurvivorsGiveUpAfterTheJoinTimeoutNamingTheLostNode) {
+TEST_P(ElasticBackendTest, BelowMinTheSurvivorsGiveUpAfterTheJoinTimeoutNamingTheLostNode) {
     Job job = elastic_job(2, 3);
     job.conf["join_timeout"] = "3";
     auto agents = start_agents(job, 2);
@@ -333,9 +380,63 @@ TEST_F(ElasticTest, LosingTheStoresHostEndsTheJobEverywhereSayingWhy) {
         EXPECT_FALSE(own_lines_with(r[i].err, {"store"}).empty()) << describe_all(r);
 }
 
+// --- etcd: no agent is special --------------------------------------------------------
+
+// Agent 1 leads (it came alone) and is node 0: killed, the others elect a successor,
+// which re-forms the job with node 0 the first survivor, and MASTER_ADDR its address.
+TEST_F(ElasticEtcdTest, LosingTheLeaderAndNode0IsSurvivedAndMasterAddrMoves) {
+    Job job = elastic_job(1, 3);
+    const auto actions = recorders({"ready", m_dir + "/m{round}.{rank}.{master}", "sleep", "300"});
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1, actions));
+    ASSERT_TRUE(wait_round(0, 1, agents));
+    agents.push_back(start_at(job, 2, actions));
+    ASSERT_TRUE(wait_round(1, 2, agents));
+    agents.push_back(start_at(job, 3, actions));
+    ASSERT_TRUE(wait_round(2, 3, agents));
+    EXPECT_TRUE(fs::exists(path("m2.0.127.0.0.1"))) << "node 0 was the first agent";
+    kill_node(*agents[0]);
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(wait_round(3, 2, agents));
+    EXPECT_TRUE(fs::exists(path("m3.0.127.0.0.2")) && fs::exists(path("m3.1.127.0.0.2")))
+        << "MASTER_ADDR must move to the new node 0\n"
+        << stderr_of(agents);
+    EXPECT_EQ(restart_count_of(3), 0) << "losing a node is not a restart";
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{137, 143, 143})) << describe_all(r);
+    EXPECT_EQ(own_lines_with(r[1].err, {"leads it now"}).size() +
+                  own_lines_with(r[2].err, {"leads it now"}).size(),
+              1u)
+        << "one successor\n"
+        << describe_all(r);
+    for (std::size_t i : {1u, 2u})
+        EXPECT_EQ(own_lines_with(r[i].err, {"round 3:", "etcd lease", "now 2 nodes"}).size(), 1u)
+            << describe_all(r);
+    auto live = wait_job_gone(k_orphan_grace);
+    EXPECT_TRUE(live.empty()) << describe(live);
+}
+
+// The leader leaves on a stop signal: its lease is revoked as it exits, so the others
+// elect a successor and go on at once, not after the heartbeat timeout.
+TEST_F(ElasticEtcdTest, TheLeaderLeavingHandsOverAtOnce) {
+    Job job = elastic_job(2, 3);
+    job.conf["heartbeat_timeout"] = "60";  // a wait for the lease would fail the test
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    ASSERT_TRUE(wait_for_leader()) << stderr_of(agents);
+    agents.push_back(start_at(job, 2));
+    agents.push_back(start_at(job, 3));
+    ASSERT_TRUE(wait_round(0, 3, agents));
+    agents[0]->send_signal(SIGTERM);
+    ASSERT_TRUE(agents[0]->wait_exit_for(20s)) << stderr_of(agents);
+    ASSERT_TRUE(wait_round(1, 2, agents, 10s));
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
+}
+
 // --- restarts, the end of the job ---------------------------------------------------
 
-TEST_F(ElasticTest, MembershipChangesUseNoRestartButAWorkerFailureDoes) {
+TEST_P(ElasticBackendTest, MembershipChangesUseNoRestartButAWorkerFailureDoes) {
     Job job = elastic_job(1, 3);
     job.flags.push_back("--max_restarts=1");
     // After the restart the workers finish at once; before it they run until killed.
@@ -358,7 +459,7 @@ TEST_F(ElasticTest, MembershipChangesUseNoRestartButAWorkerFailureDoes) {
     EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0, 0})) << describe_all(r);
 }
 
-TEST_F(ElasticTest, ANewcomerToAFinishingJobExitsZeroSayingSo) {
+TEST_P(ElasticBackendTest, ANewcomerToAFinishingJobExitsZeroSayingSo) {
     Job job = elastic_job(1, 3);
     job.conf["exit_barrier_timeout"] = "30";
     std::vector<std::unique_ptr<DdprunProcess>> agents;
@@ -378,7 +479,7 @@ TEST_F(ElasticTest, ANewcomerToAFinishingJobExitsZeroSayingSo) {
     EXPECT_EQ(rounds().size(), 1u) << "the newcomer must not have re-formed the job";
 }
 
-TEST_F(ElasticTest, ANewcomerOfAnotherShapeIsRefusedAndTheJobGoesOn) {
+TEST_P(ElasticBackendTest, ANewcomerOfAnotherShapeIsRefusedAndTheJobGoesOn) {
     Job job = elastic_job(1, 3);
     auto agents = start_agents(job, 2);
     ASSERT_TRUE(wait_round(0, 2, agents));
@@ -394,7 +495,7 @@ TEST_F(ElasticTest, ANewcomerOfAnotherShapeIsRefusedAndTheJobGoesOn) {
     EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143})) << describe_all(r);
 }
 
-TEST_F(ElasticTest, ASchedulersStopToEveryNodeEndsTheJobAsToday) {
+TEST_P(ElasticBackendTest, ASchedulersStopToEveryNodeEndsTheJobAsToday) {
     Job job = elastic_job(2, 3);
     auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
@@ -407,7 +508,7 @@ TEST_F(ElasticTest, ASchedulersStopToEveryNodeEndsTheJobAsToday) {
 
 // examples/elastic_train.py under an elastic job: two nodes train, a third joins, one
 // leaves; the checkpoint carries the steps across every round and the job finishes.
-TEST_F(ElasticTest, PytorchTrainingGoesOnAcrossAScaleUpAndAScaleDown) {
+TEST_P(ElasticBackendTest, PytorchTrainingGoesOnAcrossAScaleUpAndAScaleDown) {
     Job job = elastic_job(1, 3);
     job.guard = 90s;
     job.flags.push_back("--shutdown_timeout=10");

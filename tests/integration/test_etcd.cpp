@@ -172,10 +172,6 @@ TEST_F(EtcdTest, BadEndpointsAndBackendsAreOneLine) {
          {"--rdzv_endpoint=127.0.0.1:1,127.0.0.1:2"},
          2,
          "several endpoints are the members of an etcd cluster"},
-        {"elastic over etcd",
-         {"--rdzv_backend=etcd", "--nnodes=1:2"},
-         2,
-         "elastic jobs (--nnodes=MIN:MAX) over etcd are not supported yet"},
     };
     for (const auto& c : cases) {
         std::vector<std::string> args = {"--nnodes=2", "--nproc_per_node=1"};

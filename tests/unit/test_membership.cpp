@@ -314,5 +314,66 @@ TEST_F(Planner, ALostSpareOnlyLeavesTheList) {
     EXPECT_TRUE(planner.waiting().empty());
 }
 
+// --- etcd: no agent is node 0 by right; a successor takes over --------------------
+
+// With no leader (-1), node 0 is the first to come, then the previous order.
+TEST(PlannerWithoutLeader, NodeZeroIsTheFirstSurvivor) {
+    const auto t0 = Clock::now();
+    MembershipPlanner planner{{2, 3, 1s, 10s}, -1, job(), t0};
+    for (int agent : {4, 2, 7}) planner.join(agent, node(agent), t0);
+    auto formed = planner.take_actions();
+    ASSERT_EQ(formed.size(), 1u);
+    EXPECT_EQ(formed[0].members, (std::vector<int>{2, 4, 7})) << "ids give the arrival order";
+    planner.lost(2, "stopped answering", t0 + 1s);
+    auto stop = planner.take_actions();
+    ASSERT_EQ(stop.size(), 1u);
+    EXPECT_EQ(stop[0].kind, Kind::Stop);
+    planner.join(7, node(7), t0 + 2s);
+    planner.join(4, node(4), t0 + 2s);
+    auto next = planner.take_actions();
+    ASSERT_EQ(next.size(), 1u);
+    EXPECT_EQ(next[0].members, (std::vector<int>{4, 7})) << "node 0 is the first survivor";
+}
+
+// A successor resumes the lost leader's running round: it stops it, and the next
+// round waits for the spare it did not know yet as for the members.
+TEST(PlannerWithoutLeader, ASuccessorStopsTheRoundAndWaitsForTheLostLeadersSpare) {
+    const auto t0 = Clock::now();
+    MembershipPlanner planner{{1, 2, 1s, 10s}, -1, job(), t0};
+    planner.resume(3, {{0, node(0)}, {1, node(1)}}, true, {1, 5}, t0);
+    planner.lost(0, "stopped answering; it led the job", t0);
+    auto stop = planner.take_actions();
+    ASSERT_EQ(stop.size(), 1u);
+    EXPECT_EQ(stop[0].kind, Kind::Stop);
+    EXPECT_EQ(stop[0].round, 3);
+    EXPECT_TRUE(mentions(stop[0].message, "h0 (agent pid 100) stopped answering"))
+        << stop[0].message;
+    planner.join(1, node(1), t0 + 100ms);
+    EXPECT_TRUE(planner.take_actions().empty()) << "the spare is still expected";
+    planner.join(5, node(5), t0 + 200ms);
+    auto formed = planner.take_actions();
+    ASSERT_EQ(formed.size(), 1u);
+    EXPECT_EQ(formed[0].kind, Kind::Form);
+    EXPECT_EQ(formed[0].round, 4);
+    EXPECT_EQ(formed[0].members, (std::vector<int>{1, 5}));
+    EXPECT_TRUE(mentions(formed[0].message, "joined (a spare)")) << formed[0].message;
+    EXPECT_FALSE(mentions(formed[0].message, "h5 (agent pid 105) joined;")) << formed[0].message;
+}
+
+// An expected agent that dies before asking again is not waited for.
+TEST(PlannerWithoutLeader, AnExpectedAgentLostIsNotWaitedFor) {
+    const auto t0 = Clock::now();
+    MembershipPlanner planner{{1, 2, 1s, 10s}, -1, job(), t0};
+    planner.resume(0, {{0, node(0)}, {1, node(1)}}, false, {5}, t0);
+    planner.lost(0, "stopped answering", t0);
+    planner.lost(5, "stopped answering", t0);
+    planner.take_actions();
+    planner.join(1, node(1), t0 + 100ms);
+    auto formed = planner.take_actions();
+    ASSERT_EQ(formed.size(), 1u);
+    EXPECT_EQ(formed[0].members, (std::vector<int>{1}));
+    EXPECT_TRUE(mentions(formed[0].message, "agent 5 stopped answering")) << formed[0].message;
+}
+
 }  // namespace
 }  // namespace ddprun
