@@ -28,7 +28,7 @@ build_dir=${BUILD_DIR:-build}
 iterations=${ITERATIONS:-50}
 duration=${DURATION:-0}
 # The suites of tests/integration/test_multi_node.cpp and test_reliability.cpp.
-default_filter='MultiNode*:ElasticTest.*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*:TwoAgentFaults.*'
+default_filter='MultiNode*:*Elastic*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*:TwoAgentFaults.*'
 default_filter+=':RendezvousFaults.*:SilentStore.*:*/BadInputs.*:BadLogDir.*'
 tests="$build_dir/tests/ddprun_integration_tests"
 test_args=()

@@ -214,7 +214,9 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             }
         } catch (const StoreError& e) {
             if (m_closing && liveness) return;  // its etcd calls were cancelled: closing
-            std::string msg = std::string("lost the rendezvous store: ") + e.what();
+            std::string msg = e.kind() == StoreError::Kind::GivenUp
+                                  ? std::string(e.what())
+                                  : std::string("lost the rendezvous store: ") + e.what();
             if (elastic && !liveness) msg += k_store_host_is_vital;
             asio::post(m_io, [on_lost, msg] { on_lost(msg); });
             return;

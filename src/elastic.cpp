@@ -77,6 +77,8 @@ void ElasticMember::report_lost(int agent, const std::string& why) {
 }
 
 void ElasticMember::leave(const std::string& why) {
+    // Also for a successor of the leader (etcd), which may not have read the event.
+    m_store.set(elastic_key(m_run_id, fmt::format("left/{}", m_agent)), why);
     post(detail::leave_event_json(m_agent, why));
 }
 
@@ -345,13 +347,24 @@ void ElasticLeader::Impl::take_over(Clock::time_point now) {
                          [agent](const auto& member) { return member.first == agent; }))
             others.push_back(agent);
     planner.resume(state->round, state->members, running, others, now);
-    const std::string why = fmt::format(
-        "stopped answering (its etcd lease of {} ms expired: killed, frozen or cut off)",
-        options.heartbeat_timeout.count());
-    planner.lost(options.lost_leader, why + "; it led the job", now);
+    // Gone: they left (their key says why) or their lease expired.
+    auto depart = [&](int agent, const std::string& suffix) {
+        const std::string left_key = key(fmt::format("left/{}", agent));
+        if (store->check({left_key})) {
+            planner.leave(agent, fmt::format("left ({})", store->get(left_key)) + suffix, now);
+            return;
+        }
+        planner.lost(
+            agent,
+            fmt::format(
+                "stopped answering (its etcd lease of {} ms expired: killed, frozen or cut off){}",
+                options.heartbeat_timeout.count(), suffix),
+            now);
+    };
+    depart(options.lost_leader, "; it led the job");
     for (const auto& [agent, node] : state->members)
         if (std::find(options.alive.begin(), options.alive.end(), agent) == options.alive.end())
-            planner.lost(agent, why, now);
+            depart(agent, "");
 }
 
 void ElasticLeader::Impl::check_heartbeats(Clock::time_point now) {

@@ -82,9 +82,9 @@ void EtcdLiveness::keep_alive() {
     json answer = m_client.call("/v3/lease/keepalive", {{"ID", std::to_string(m_lease)}});
     const json& result = answer.contains("result") ? answer["result"] : answer;
     if (int64_field(result, "TTL") <= 0)
-        throw StoreError(StoreError::Kind::Other,
-                         fmt::format("this node's etcd lease expired (no renewal within {} s): the "
-                                     "others gave it up",
+        throw StoreError(StoreError::Kind::GivenUp,
+                         fmt::format("rendezvous: the others gave this node up: its etcd lease "
+                                     "expired (no renewal within {} s: was it frozen or cut off?)",
                                      m_ttl_seconds));
 }
 

@@ -18,7 +18,8 @@ namespace ddprun {
 // Any store failure: timeout, connection lost, refused. what() is one line.
 class StoreError : public std::runtime_error {
   public:
-    enum class Kind { Timeout, Connection, Other };
+    // GivenUp: the store says the others gave this agent up (its etcd lease expired).
+    enum class Kind { Timeout, Connection, GivenUp, Other };
     StoreError(Kind kind, const std::string& message) : std::runtime_error(message), m_kind(kind) {}
     Kind kind() const { return m_kind; }
 
