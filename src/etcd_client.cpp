@@ -13,8 +13,8 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
+#include "etcd_answers.hpp"
 #include "etcd_tls.hpp"
 
 namespace ddprun {
@@ -34,50 +34,6 @@ constexpr std::chrono::milliseconds k_election_pause{100};
 
 std::string describe(const Endpoint& endpoint) {
     return fmt::format("{}:{}", endpoint.host, endpoint.port);
-}
-
-bool contains(const std::string& text, std::string_view part) {
-    return text.find(part) != std::string::npos;
-}
-
-// What a member that answered an HTTP error, or not JSON, said: one line.
-// `user`: the etcd user of --rdzv_conf user ("" without one).
-std::string refusal(const std::string& endpoint, unsigned status, const std::string& body,
-                    const std::string& user = {}) {
-    if (contains(body, "CommonName of client"))
-        // etcd 3.4 and 3.5 with authentication on refuse, on the gateway, a client
-        // certificate whose CN would have named the user over gRPC.
-        return fmt::format(
-            "etcd at {} refuses a client certificate with a CommonName on its JSON gateway "
-            "while authentication is on (use a client certificate without CN, or user and "
-            "password_file without --rdzv_conf ssl_cert)",
-            endpoint);
-    auto answer = json::parse(body, nullptr, false);
-    if (answer.is_object()) {
-        for (const char* field : {"message", "error"}) {
-            if (!answer.contains(field) || !answer[field].is_string()) continue;
-            const std::string said = answer[field].get<std::string>();
-            if (contains(said, "user name is empty"))
-                return fmt::format(
-                    "etcd at {} requires authentication ({}): add --rdzv_conf "
-                    "user=NAME,password_file=PATH",
-                    endpoint, said);
-            if (contains(said, "permission denied") && !user.empty())
-                return fmt::format(
-                    "etcd at {} refused user '{}' ({}): grant the user's role readwrite on "
-                    "the keys under --rdzv_conf prefix (default /ddprun/)",
-                    endpoint, user, said);
-            return fmt::format("etcd at {} refused the request: {}", endpoint, said);
-        }
-    }
-    if (contains(body, "HTTP request to an HTTPS server"))
-        return fmt::format("etcd at {} serves https: add --rdzv_conf protocol=https,ca_cert=PATH",
-                           endpoint);
-    std::string text = body.substr(0, 80);
-    std::replace_if(
-        text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }, ' ');
-    return fmt::format("{} is not etcd's v3 API (HTTP {}: '{}'); check --rdzv_endpoint", endpoint,
-                       status, text);
 }
 
 }  // namespace
@@ -162,12 +118,6 @@ struct EtcdClient::Connection {
         return result;
     }
     const std::atomic<bool>* cancelled;
-};
-
-struct EtcdClient::Answer {
-    unsigned status = 0;
-    std::string body;
-    std::string endpoint;  // the member that gave it
 };
 
 EtcdClient::EtcdClient(EtcdOptions options)
@@ -328,55 +278,6 @@ EtcdClient::Answer EtcdClient::post(const std::string& path, const std::string& 
     throw StoreError(StoreError::Kind::Connection,
                      fmt::format("no etcd member answered within {} ms ({})",
                                  m_options.timeout.count(), errors.empty() ? "timed out" : errors));
-}
-
-namespace {
-
-// etcd forgot the token (unused for --auth-token-ttl, or the member restarted), or
-// authentication was turned on after the client found it off.
-bool token_refused(unsigned status, const std::string& said) {
-    return status == 401 || contains(said, "invalid auth token") ||
-           contains(said, "user name is empty");
-}
-
-}  // namespace
-
-std::string EtcdClient::token(Clock::time_point deadline,
-                              const std::optional<std::string>& refused) {
-    if (!m_options.credentials) return {};
-    const EtcdCredentials& credentials = *m_options.credentials;
-    EtcdToken& shared = *credentials.token;
-    // Held while authenticating: the agent's other clients need the same token.
-    std::lock_guard lock(shared.mutex);
-    if (shared.known && (!refused || shared.value != *refused)) return shared.value;
-    if (refused)
-        spdlog::debug("etcd refused the token of user '{}': authenticating again",
-                      credentials.user);
-    Answer answer = post(
-        "/v3/auth/authenticate",
-        json{{"name", credentials.user}, {"password", credentials.password}}.dump(), {}, deadline);
-    auto said = json::parse(answer.body, nullptr, false);
-    if (answer.status == 200 && said.is_object() && said.contains("token") &&
-        said["token"].is_string()) {
-        shared.value = said["token"].get<std::string>();
-        shared.known = true;
-        return shared.value;
-    }
-    if (contains(answer.body, "authentication is not enabled")) {
-        // Nothing to authenticate with: requests go without a token until etcd asks for one.
-        spdlog::debug("etcd at {} has authentication off: user '{}' is not needed", answer.endpoint,
-                      credentials.user);
-        shared.value.clear();
-        shared.known = true;
-        return {};
-    }
-    if (contains(answer.body, "authentication failed"))
-        throw StoreError(StoreError::Kind::Other,
-                         fmt::format("etcd refused user '{}': authentication failed (check "
-                                     "--rdzv_conf user and password_file)",
-                                     credentials.user));
-    throw StoreError(StoreError::Kind::Other,
-                     refusal(answer.endpoint, answer.status, answer.body, credentials.user));
 }
 
 json EtcdClient::call(const std::string& path, const json& body) {

@@ -120,7 +120,11 @@ class EtcdClient {
 
   private:
     struct Connection;
-    struct Answer;
+    struct Answer {
+        unsigned status = 0;
+        std::string body;
+        std::string endpoint;  // the member that gave it
+    };
     void throw_if_cancelled() const;
     std::unique_ptr<Connection> connect_any(std::chrono::steady_clock::time_point deadline);
     // One request and its answer, from the members in turn until one answers

@@ -139,7 +139,8 @@ EtcdCluster::EtcdCluster(int members, EtcdSecurity security) : m_security(securi
 }
 
 // A CA, etcd's certificate for 127.0.0.1 signed by it, a client certificate
-// signed by it, and a second CA; P-256 keys, quick to make.
+// signed by it, and a second CA with the same client key signed by it too;
+// P-256 keys, quick to make.
 bool EtcdCluster::make_certificates() {
     if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
         m_error = "the openssl command is not installed (Debian's openssl)";
@@ -166,6 +167,8 @@ bool EtcdCluster::make_certificates() {
                     key),
         "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
         "-out client.pem -days 2 -extfile client.ext",
+        "openssl x509 -req -in client.csr -CA other-ca.pem -CAkey other-ca.key "
+        "-CAcreateserial -out other-client.pem -days 2 -extfile client.ext",
     };
     for (const auto& command : commands) {
         const std::string line =

@@ -62,11 +62,13 @@ class EtcdCluster {
 
     // With TLS, files in the harness's temp dir: the CA that signed etcd's
     // certificate (for 127.0.0.1 only), a client certificate of that CA and
-    // its key, and another CA that signed nothing here (a wrong ca_cert).
+    // its key, another CA that etcd knows nothing of (a wrong ca_cert), and a
+    // certificate of that CA for the same client key (one etcd does not trust).
     std::string ca_cert() const { return m_dir + "/ca.pem"; }
     std::string client_cert() const { return m_dir + "/client.pem"; }
     std::string client_key() const { return m_dir + "/client.key"; }
     std::string other_ca() const { return m_dir + "/other-ca.pem"; }
+    std::string other_client_cert() const { return m_dir + "/other-client.pem"; }
     // With authentication: a file that holds k_user's password.
     std::string password_file() const { return m_dir + "/password"; }
     // What a client needs to reach member `index` (as root, with authentication on).
