@@ -11,11 +11,12 @@
 //
 // Why TLS through Beast's ssl_stream over OpenSSL: the same Beast code then
 // speaks HTTP over TCP or over TLS (only the stream type differs), OpenSSL
-// is the library the distribution keeps patched (and the one ddprun already
-// links for base64 and HMAC), and certificate-chain and host-name checks are
+// is the library the distribution keeps patched (and the one this client
+// already links for base64), and certificate-chain and host-name checks are
 // OpenSSL's own (X509_VERIFY_PARAM), so a refusal names the problem in
 // OpenSSL's words ("unable to get local issuer certificate", "IP address
-// mismatch"). No TLS is written here.
+// mismatch"). No TLS is written here; etcd_tls.hpp holds the context and the
+// messages.
 //
 // Authentication: with a user, the client asks /v3/auth/authenticate for a
 // token and sends it, as the gateway expects, as the bare value of the
