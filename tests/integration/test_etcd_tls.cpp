@@ -39,18 +39,23 @@ class EtcdTlsTest : public MultiNodeTest {
         // (AClientRenewsAForgottenToken).
         s_users = std::make_unique<EtcdCluster>(
             1, ddprun::EtcdSecurity{.tls = true, .auth = true, .auth_token_ttl = 2});
+        // Both: mutual TLS and users.
+        s_both = std::make_unique<EtcdCluster>(
+            1, ddprun::EtcdSecurity{.tls = true, .client_cert_auth = true, .auth = true});
         // Plain http, for https against an etcd that does not serve it.
         s_plain = std::make_unique<EtcdCluster>(1);
     }
     static void TearDownTestSuite() {
         s_mutual.reset();
         s_users.reset();
+        s_both.reset();
         s_plain.reset();
     }
 
     void SetUp() override {
         MultiNodeTest::SetUp();
-        const EtcdCluster* clusters[] = {s_mutual.get(), s_users.get(), s_plain.get()};
+        const EtcdCluster* clusters[] = {s_mutual.get(), s_users.get(), s_both.get(),
+                                         s_plain.get()};
         for (const auto* etcd : clusters)
             for (int member = 0; member < etcd->size(); ++member) add_service(etcd->pid(member));
         for (const auto* etcd : clusters)
@@ -75,6 +80,14 @@ class EtcdTlsTest : public MultiNodeTest {
                 {"user", EtcdCluster::k_user},
                 {"password_file", password_file}};
     }
+    static std::map<std::string, std::string> mutual_tls_as_user() {
+        return {{"protocol", "https"},
+                {"ca_cert", s_both->ca_cert()},
+                {"ssl_cert", s_both->client_cert()},
+                {"ssl_cert_key", s_both->client_key()},
+                {"user", EtcdCluster::k_user},
+                {"password_file", s_both->password_file()}};
+    }
 
     // Runs one agent of a two-node job that must be refused: `exit_code`, one
     // line of ddprun's own that says `says`, no worker started.
@@ -98,6 +111,7 @@ class EtcdTlsTest : public MultiNodeTest {
 
     static inline std::unique_ptr<EtcdCluster> s_mutual;
     static inline std::unique_ptr<EtcdCluster> s_users;
+    static inline std::unique_ptr<EtcdCluster> s_both;
     static inline std::unique_ptr<EtcdCluster> s_plain;
 };
 
@@ -120,6 +134,14 @@ TEST_F(EtcdTlsTest, ATwoNodeJobRunsOverMutualTls) {
 TEST_F(EtcdTlsTest, ATwoNodeJobRunsAsAnEtcdUser) {
     // TLS that checks etcd's certificate only (no client certificate), and a user.
     Job job = job_on(*s_users, as_user(s_users->password_file()));
+    auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"env"}},
+                             {.addr = "127.0.0.2", .actions = {"env"}}});
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    EXPECT_EQ(sorted_ranks(r), (std::vector<int>{0, 1, 2, 3})) << describe_all(r);
+}
+
+TEST_F(EtcdTlsTest, ATwoNodeJobRunsOverMutualTlsAsAnEtcdUser) {
+    Job job = job_on(*s_both, mutual_tls_as_user());
     auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"env"}},
                              {.addr = "127.0.0.2", .actions = {"env"}}});
     ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
@@ -185,6 +207,13 @@ TEST_F(EtcdTlsTest, EtcdRefusalsAreOneLineAndTheRendezvousCode) {
         {"a user whose role does not reach the prefix", etcd_flags(*s_users),
          with(as_user(s_users->password_file()), {{"prefix", "/elsewhere/"}}),
          "refused user 'trainer' (etcdserver: permission denied): grant the user's role"},
+        {"a client certificate with a CN, authentication on", etcd_flags(*s_both),
+         [&] {
+             auto conf = mutual_tls_as_user();
+             conf["ssl_cert"] = s_both->named_client_cert();
+             return conf;
+         }(),
+         "refuses a client certificate with a CommonName on its JSON gateway"},
         {"a host name that etcd's certificate does not name", etcd_flags(*s_mutual, "localhost"),
          mutual_tls(), "etcd's certificate does not name this host"},
         {"plain http to an etcd that serves https",

@@ -140,7 +140,8 @@ EtcdCluster::EtcdCluster(int members, EtcdSecurity security) : m_security(securi
 
 // A CA, etcd's certificate for 127.0.0.1 signed by it, a client certificate
 // signed by it, and a second CA with the same client key signed by it too;
-// P-256 keys, quick to make.
+// and one with a CN, as etcd's gateway refuses with authentication on. P-256
+// keys, quick to make.
 bool EtcdCluster::make_certificates() {
     if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
         m_error = "the openssl command is not installed (Debian's openssl)";
@@ -169,6 +170,9 @@ bool EtcdCluster::make_certificates() {
         "-out client.pem -days 2 -extfile client.ext",
         "openssl x509 -req -in client.csr -CA other-ca.pem -CAkey other-ca.key "
         "-CAcreateserial -out other-client.pem -days 2 -extfile client.ext",
+        "openssl req -new -key client.key -out named-client.csr -subj '/CN=trainer'",
+        "openssl x509 -req -in named-client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out named-client.pem -days 2 -extfile client.ext",
     };
     for (const auto& command : commands) {
         const std::string line =

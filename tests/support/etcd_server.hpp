@@ -69,6 +69,8 @@ class EtcdCluster {
     std::string client_key() const { return m_dir + "/client.key"; }
     std::string other_ca() const { return m_dir + "/other-ca.pem"; }
     std::string other_client_cert() const { return m_dir + "/other-client.pem"; }
+    // A certificate of the CA for the same key, with a Common Name (CN=trainer).
+    std::string named_client_cert() const { return m_dir + "/named-client.pem"; }
     // With authentication: a file that holds k_user's password.
     std::string password_file() const { return m_dir + "/password"; }
     // What a client needs to reach member `index` (as root, with authentication on).
