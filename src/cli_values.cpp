@@ -213,14 +213,14 @@ constexpr std::string_view k_etcd_access_example =
     "e.g. --rdzv_conf protocol=https,ca_cert=ca.pem,ssl_cert=client.pem,ssl_cert_key=client.key "
     "or user=NAME,password_file=PATH";
 
-// The --rdzv_conf keys that name a file or the etcd user, by name.
-std::optional<std::string*> etcd_access_field(EtcdAccess& access, std::string_view key) {
+// The field of the --rdzv_conf key that names a file or the etcd user; null for other keys.
+std::string* etcd_access_field(EtcdAccess& access, std::string_view key) {
     if (key == "ca_cert") return &access.ca_cert;
     if (key == "ssl_cert") return &access.ssl_cert;
     if (key == "ssl_cert_key") return &access.ssl_cert_key;
     if (key == "user") return &access.user;
     if (key == "password_file") return &access.password_file;
-    return std::nullopt;
+    return nullptr;
 }
 
 // What is missing from the TLS and authentication keys, if anything.
@@ -283,8 +283,8 @@ Parsed<RendezvousSettings> parse_rdzv_conf(const Setting& s) {
                 "history show it); write it to a file readable only by you and pass "
                 "--rdzv_conf user=NAME,password_file=PATH",
                 s.label)));
-        } else if (auto access = etcd_access_field(conf.etcd, key)) {
-            **access = value;
+        } else if (std::string* field = etcd_access_field(conf.etcd, key)) {
+            *field = value;
         } else if (key == "protocol") {
             std::string protocol = lower(value);
             if (protocol != "http" && protocol != "https")
