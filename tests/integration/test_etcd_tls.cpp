@@ -131,6 +131,16 @@ TEST_F(EtcdTlsTest, ATwoNodeJobRunsOverMutualTls) {
     EXPECT_EQ(sorted_ranks(r), (std::vector<int>{0, 1, 2, 3})) << describe_all(r);
 }
 
+TEST_F(EtcdTlsTest, OverTlsAMemberThatIsDownIsSkipped) {
+    // The first endpoint has nothing behind it: the handshake happens with the next.
+    Job job = job_on(*s_mutual, mutual_tls());
+    job.flags = {"--rdzv_backend=etcd", fmt::format("--rdzv_endpoint=127.0.0.1:{},{}", free_port(),
+                                                    s_mutual->endpoints())};
+    auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"exit", "0"}},
+                             {.addr = "127.0.0.2", .actions = {"exit", "0"}}});
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+}
+
 TEST_F(EtcdTlsTest, ATwoNodeJobRunsAsAnEtcdUser) {
     // TLS that checks etcd's certificate only (no client certificate), and a user.
     Job job = job_on(*s_users, as_user(s_users->password_file()));
