@@ -165,6 +165,11 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
         b.fail(b.find("rdzv_endpoint")
                    ->error_hint("several endpoints are the members of an etcd cluster",
                                 "add --rdzv_backend=etcd, or give one HOST:PORT"));
+    if (!b.error() && config.rdzv_backend != "etcd" && config.rendezvous.etcd.given())
+        b.fail(b.find("rdzv_conf")
+                   ->error_hint("protocol=https, ca_cert, ssl_cert, ssl_cert_key, user and "
+                                "password_file are for the etcd backend",
+                                "add --rdzv_backend=etcd, or drop them"));
     if (standalone) {
         config.standalone = true;
         config.rdzv_backend = "c10d";

@@ -43,7 +43,7 @@ constexpr OptionSpec k_option_table[] = {
      "the store; etcd: its members [MASTER_ADDR:29400]"},
     {"rdzv_id", 0, "ID", EnvDefault::Torchrun, k_torchrun, "job id, the same on every node [none]"},
     {"rdzv_conf", 0, "KEY=VAL,...", EnvDefault::Torchrun, k_torchrun,
-     "e.g. join_timeout=600,is_host=1"},
+     "e.g. join_timeout=600,is_host=1 (etcd TLS, users: see README)"},
     {"standalone", 0, "", EnvDefault::Torchrun, k_torchrun,
      "one node with its own store (c10d, --nnodes=1)"},
     {"max_restarts", 0, "N", EnvDefault::Torchrun, k_torchrun,

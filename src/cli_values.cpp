@@ -207,6 +207,40 @@ Parsed<std::string> parse_endpoint(const Setting& s) {
     return std::string(value);
 }
 
+namespace {
+
+constexpr std::string_view k_etcd_access_example =
+    "e.g. --rdzv_conf protocol=https,ca_cert=ca.pem,ssl_cert=client.pem,ssl_cert_key=client.key "
+    "or user=NAME,password_file=PATH";
+
+// The field of the --rdzv_conf key that names a file or the etcd user; null for other keys.
+std::string* etcd_access_field(EtcdAccess& access, std::string_view key) {
+    if (key == "ca_cert") return &access.ca_cert;
+    if (key == "ssl_cert") return &access.ssl_cert;
+    if (key == "ssl_cert_key") return &access.ssl_cert_key;
+    if (key == "user") return &access.user;
+    if (key == "password_file") return &access.password_file;
+    return nullptr;
+}
+
+// What is missing from the TLS and authentication keys, if anything.
+std::optional<std::string> etcd_access_problem(const EtcdAccess& access) {
+    if (!access.https &&
+        !(access.ca_cert.empty() && access.ssl_cert.empty() && access.ssl_cert_key.empty()))
+        return "ca_cert, ssl_cert and ssl_cert_key need protocol=https";
+    if (!access.ssl_cert.empty() && access.ssl_cert_key.empty())
+        return "ssl_cert needs ssl_cert_key, the client certificate's private key";
+    if (access.ssl_cert.empty() && !access.ssl_cert_key.empty())
+        return "ssl_cert_key needs ssl_cert, the client certificate it belongs to";
+    if (!access.user.empty() && access.password_file.empty())
+        return "user needs password_file, a file that holds the user's password";
+    if (access.user.empty() && !access.password_file.empty())
+        return "password_file needs user, the etcd user the password is for";
+    return std::nullopt;
+}
+
+}  // namespace
+
 Parsed<RendezvousSettings> parse_rdzv_conf(const Setting& s) {
     RendezvousSettings conf;
     using Timeout = std::pair<std::string_view, std::chrono::milliseconds*>;
@@ -242,10 +276,28 @@ Parsed<RendezvousSettings> parse_rdzv_conf(const Setting& s) {
             if (!conf.is_host)
                 return std::unexpected(
                     s.error("is_host must be 1|true|yes|on or 0|false|no|off", "is_host=1"));
+        } else if (key == "password") {
+            // Not s.error(): that would print the password back.
+            return std::unexpected(usage_error(fmt::format(
+                "{} password=...: a password is never taken on the command line (ps and shell "
+                "history show it); write it to a file readable only by you and pass "
+                "--rdzv_conf user=NAME,password_file=PATH",
+                s.label)));
+        } else if (std::string* field = etcd_access_field(conf.etcd, key)) {
+            *field = value;
+        } else if (key == "protocol") {
+            std::string protocol = lower(value);
+            if (protocol != "http" && protocol != "https")
+                return std::unexpected(
+                    s.error(fmt::format("protocol must be http or https, not '{}'", value),
+                            "protocol=https,ca_cert=/etc/etcd/ca.pem"));
+            conf.etcd.https = protocol == "https";
         } else {
             conf.other[key] = value;
         }
     }
+    if (auto problem = etcd_access_problem(conf.etcd))
+        return std::unexpected(s.error_hint(*problem, k_etcd_access_example));
     return conf;
 }
 

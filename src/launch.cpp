@@ -3,10 +3,14 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "ddprun/agent.hpp"
 #include "ddprun/devices.hpp"
+#include "ddprun/etcd_client.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/program.hpp"
 #include "ddprun/rank_plan.hpp"
@@ -88,6 +92,33 @@ Status prepare_log_dir(LaunchContext& ctx) {
     return {};
 }
 
+// The etcd backend's TLS files and password file, read now so that a wrong
+// path is a usage error before anything starts, not a rendezvous failure later.
+Status prepare_etcd_access(LaunchContext& ctx) {
+    const EtcdAccess& access = ctx.config.rendezvous.etcd;
+    if (ctx.config.rdzv_backend != "etcd") return {};
+    if (access.https) {
+        if (auto problem = check_tls_files({access.ca_cert, access.ssl_cert, access.ssl_cert_key}))
+            return std::unexpected(usage_error(*problem));
+    }
+    if (access.user.empty()) return {};
+    const std::string shown = "--rdzv_conf password_file=" + access.password_file;
+    std::ifstream file(access.password_file);
+    if (!file)
+        return std::unexpected(usage_error(
+            fmt::format("{}: cannot read it ({}); it holds the password of etcd user '{}'", shown,
+                        std::strerror(errno), access.user)));
+    std::string password;
+    std::getline(file, password);  // the first line, without its newline
+    if (!password.empty() && password.back() == '\r') password.pop_back();
+    if (password.empty())
+        return std::unexpected(usage_error(
+            fmt::format("{}: the first line is empty; write the password of etcd user '{}' there",
+                        shown, access.user)));
+    ctx.etcd_password = std::move(password);
+    return {};
+}
+
 }  // namespace
 
 std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
@@ -131,6 +162,7 @@ std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
     auto executable = resolve_command(worker_command(config, env), config, env);
     if (!executable) return std::unexpected(executable.error());
     ctx.executable = *executable;
+    if (auto access = prepare_etcd_access(ctx); !access) return std::unexpected(access.error());
     if (auto logs = prepare_log_dir(ctx); !logs) return std::unexpected(logs.error());
     const std::string base = scratch_base(env);
     if (int removed = reclaim_scratch_dirs(base))

@@ -186,6 +186,11 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
         store.client.timeout = settings.read_timeout;
         if (auto prefix = settings.other.find("prefix"); prefix != settings.other.end())
             store.prefix = prefix->second;
+        const EtcdAccess& access = settings.etcd;
+        if (access.https)
+            store.client.tls = EtcdTls{access.ca_cert, access.ssl_cert, access.ssl_cert_key};
+        if (!access.user.empty())
+            store.client.credentials = EtcdCredentials{access.user, m_ctx.etcd_password};
         options.etcd = std::move(store);
     }
     options.store.host = endpoint.host;

@@ -49,6 +49,19 @@ enum class ProgramKind {
     PythonModule,  // -m pkg.mod: $PYTHON_EXEC (or python3) -u -m pkg.mod args
 };
 
+// How an agent reaches a secured etcd (--rdzv_backend=etcd only): torchrun's
+// etcd-v2 names for TLS, and etcd's own user/password authentication. The
+// CLI checks the combination; prepare_launch() reads the files (launch.hpp).
+struct EtcdAccess {
+    bool https = false;         // protocol=https (default http)
+    std::string ca_cert;        // the CA that signed etcd's certificate; empty: the system's
+    std::string ssl_cert;       // a client certificate (mutual TLS), with
+    std::string ssl_cert_key;   // its private key
+    std::string user;           // user=NAME: authenticate as this etcd user, with
+    std::string password_file;  // the password in this file (never on the command line)
+    bool given() const { return https || !user.empty(); }
+};
+
 // --rdzv_conf, typed and validated once by the CLI. Durations are positive;
 // keys ddprun does not use are kept in `other` (torchrun passes them on to its
 // backend, so they are accepted, not refused).
@@ -62,6 +75,7 @@ struct RendezvousSettings {
     std::chrono::milliseconds exit_barrier_timeout{300000};
     std::chrono::milliseconds last_call_timeout{30000};
     std::chrono::milliseconds close_timeout{30000};
+    EtcdAccess etcd;  // protocol, ca_cert, ssl_cert, ssl_cert_key, user, password_file
     std::map<std::string, std::string> other;
 };
 

@@ -9,6 +9,23 @@
 // that costs what a single-node one does). nlohmann-json reads the answers;
 // no HTTP is parsed by hand.
 //
+// Why TLS through Beast's ssl_stream over OpenSSL: the same Beast code then
+// speaks HTTP over TCP or over TLS (only the stream type differs), OpenSSL
+// is the library the distribution keeps patched (and the one this client
+// already links for base64), and certificate-chain and host-name checks are
+// OpenSSL's own (X509_VERIFY_PARAM), so a refusal names the problem in
+// OpenSSL's words ("unable to get local issuer certificate", "IP address
+// mismatch"). No TLS is written here; etcd_tls.hpp holds the context and the
+// messages.
+//
+// Authentication: with a user, the client asks /v3/auth/authenticate for a
+// token and sends it, as the gateway expects, as the bare value of the
+// Authorization header (no "Bearer"). etcd forgets a simple token after
+// --auth-token-ttl without use: an "invalid auth token" answer makes the
+// client authenticate again, once, and repeat the request. The token is
+// shared by every client made from the same options, so an agent
+// authenticates once, not once per connection (a bcrypt check on etcd each).
+//
 // Several endpoints are members of one etcd cluster: a member that refuses
 // the connection, fails or does not answer within the call's bound is
 // skipped for the next one. Errors are StoreError (store.hpp): Connection when
@@ -20,6 +37,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,10 +49,40 @@
 
 namespace ddprun {
 
-struct EtcdOptions {
-    std::vector<Endpoint> endpoints;           // members of one cluster
-    std::chrono::milliseconds timeout{30000};  // each call, connecting included
+// https: etcd's certificate is checked against `ca_cert` (the system's CAs
+// when empty) and must name the endpoint's host or IP address; `cert` and
+// `key`, when given, are the client's certificate (mutual TLS).
+struct EtcdTls {
+    std::string ca_cert;
+    std::string cert;
+    std::string key;
 };
+
+// The token etcd handed out for a user, shared by the clients of one agent.
+struct EtcdToken {
+    std::mutex mutex;
+    bool known = false;  // authenticated once
+    std::string value;   // what to send; empty when etcd has authentication off
+};
+
+struct EtcdCredentials {
+    std::string user;
+    std::string password;
+    // Copies share it (see above).
+    std::shared_ptr<EtcdToken> token = std::make_shared<EtcdToken>();
+};
+
+struct EtcdOptions {
+    std::vector<Endpoint> endpoints;               // members of one cluster
+    std::chrono::milliseconds timeout{30000};      // each call, connecting included
+    std::optional<EtcdTls> tls{};                  // https; none: plain http
+    std::optional<EtcdCredentials> credentials{};  // etcd user and password
+};
+
+// Loads the CA, the client certificate and its key as a connection would,
+// and says in one line what is wrong with them (unreadable, not PEM, a key
+// that is not the certificate's), naming --rdzv_conf's key and the path.
+std::optional<std::string> check_tls_files(const EtcdTls& tls);
 
 class EtcdClient {
   public:
@@ -73,11 +121,25 @@ class EtcdClient {
 
   private:
     struct Connection;
+    struct Answer {
+        unsigned status = 0;
+        std::string body;
+        std::string endpoint;  // the member that gave it
+    };
     void throw_if_cancelled() const;
     std::unique_ptr<Connection> connect_any(std::chrono::steady_clock::time_point deadline);
+    // One request and its answer, from the members in turn until one answers
+    // (no leader, a member gone: the next); `token`: the Authorization header.
+    Answer post(const std::string& path, const std::string& body, const std::string& token,
+                std::chrono::steady_clock::time_point deadline);
+    // The token to send ("" without a user), authenticating first if needed.
+    // `refused`: the token etcd just refused, replaced unless another client
+    // of the agent did so already.
+    std::string token(std::chrono::steady_clock::time_point deadline,
+                      const std::optional<std::string>& refused = std::nullopt);
 
     EtcdOptions m_options;
-    struct Loop;                   // the io_context every connection of this client runs on
+    struct Loop;                   // the io_context (and TLS context) of this client's connections
     std::unique_ptr<Loop> m_loop;  // (one thread at a time; cancel() from any)
     std::atomic<bool> m_cancelled{false};
     std::size_t m_current = 0;  // the member tried first

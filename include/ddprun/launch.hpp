@@ -28,6 +28,7 @@ struct LaunchContext {
     std::string scratch_dir;            // private dir for error files when there is no --log_dir
     std::string log_dir;                // "" or the --log_dir (possibly a temp dir for -r/-t)
     std::string host;                   // this node's name, for reports
+    std::string etcd_password;          // read from --rdzv_conf password_file (etcd backend)
 };
 
 struct PreparedLaunch {
@@ -37,7 +38,8 @@ struct PreparedLaunch {
     std::string dry_run_plan;
 };
 
-// Errors: a usage error (2) for devices, nproc, binding or --log_dir; 126/127
+// Errors: a usage error (2) for devices, nproc, binding, --log_dir or the etcd
+// backend's TLS and password files (--rdzv_conf); 126/127
 // for the program; 70 when no temporary directory can be made.
 std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
                                                     const Environment& env);

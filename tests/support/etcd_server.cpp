@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -28,8 +29,14 @@ using namespace std::chrono_literals;
 
 constexpr const char* k_etcd = "/usr/bin/etcd";
 
-std::string url(int port) {
-    return fmt::format("http://127.0.0.1:{}", port);
+std::string url(int port, bool tls = false) {
+    return fmt::format("{}://127.0.0.1:{}", tls ? "https" : "http", port);
+}
+
+constexpr const char* k_root_password = "root battery";
+
+void write_file(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
 }
 
 // Reaps `pid` within `bound`; false if it still runs.
@@ -46,7 +53,7 @@ bool reap_within(pid_t pid, std::chrono::milliseconds bound) {
 
 }  // namespace
 
-EtcdCluster::EtcdCluster(int members) {
+EtcdCluster::EtcdCluster(int members, EtcdSecurity security) : m_security(security) {
     if (::access(k_etcd, X_OK) != 0) {
         m_error = fmt::format("{} is not installed (Debian's etcd-server; scripts/install-deps.sh)",
                               k_etcd);
@@ -58,6 +65,7 @@ EtcdCluster::EtcdCluster(int members) {
         return;
     }
     m_dir = dir;
+    if (m_security.tls && !make_certificates()) return;
     std::string cluster;
     for (int i = 0; i < members; ++i) {
         Member member;
@@ -68,11 +76,12 @@ EtcdCluster::EtcdCluster(int members) {
         m_members.push_back(member);
     }
     for (auto& member : m_members) {
+        const std::string client_url = url(member.client_port, m_security.tls);
         std::vector<std::string> args = {k_etcd,
                                          "--name=" + member.name,
                                          "--data-dir=" + m_dir + "/" + member.name,
-                                         "--listen-client-urls=" + url(member.client_port),
-                                         "--advertise-client-urls=" + url(member.client_port),
+                                         "--listen-client-urls=" + client_url,
+                                         "--advertise-client-urls=" + client_url,
                                          "--listen-peer-urls=" + url(member.peer_port),
                                          "--initial-advertise-peer-urls=" + url(member.peer_port),
                                          "--initial-cluster=" + cluster,
@@ -80,6 +89,15 @@ EtcdCluster::EtcdCluster(int members) {
                                          "--initial-cluster-token=" + m_dir,
                                          "--logger=zap",
                                          "--log-level=error"};
+        if (m_security.tls)
+            args.insert(args.end(), {"--cert-file=" + m_dir + "/server.pem",
+                                     "--key-file=" + m_dir + "/server.key"});
+        if (m_security.client_cert_auth)
+            args.insert(args.end(), {"--client-cert-auth", "--trusted-ca-file=" + ca_cert()});
+        // The cheapest bcrypt: each authentication costs etcd a hash of the password.
+        if (m_security.auth) args.push_back("--bcrypt-cost=4");
+        if (m_security.auth_token_ttl > 0)
+            args.push_back(fmt::format("--auth-token-ttl={}", m_security.auth_token_ttl));
         const std::string log = m_dir + "/" + member.name + ".log";
         std::vector<char*> argv;
         for (auto& arg : args) argv.push_back(arg.data());
@@ -100,8 +118,9 @@ EtcdCluster::EtcdCluster(int members) {
     }
     // Ready once a read through every member succeeds.
     const auto deadline = std::chrono::steady_clock::now() + 30s;
-    for (const auto& member : m_members) {
-        EtcdClient client({{{"127.0.0.1", member.client_port}}, 1s});
+    for (std::size_t index = 0; index < m_members.size(); ++index) {
+        const Member& member = m_members[index];
+        EtcdClient client(client_options(static_cast<int>(index), 1s));
         for (;;) {
             try {
                 client.call("/v3/kv/range", {{"key", etcd_base64("ready")}});
@@ -116,6 +135,92 @@ EtcdCluster::EtcdCluster(int members) {
             }
         }
     }
+    if (m_security.auth) enable_authentication();
+}
+
+// A CA, etcd's certificate for 127.0.0.1 signed by it, a client certificate
+// signed by it, and a second CA with the same client key signed by it too;
+// and one with a CN, as etcd's gateway refuses with authentication on. P-256
+// keys, quick to make.
+bool EtcdCluster::make_certificates() {
+    if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+        m_error = "the openssl command is not installed (Debian's openssl)";
+        return false;
+    }
+    // clientAuth too: etcd's gateway reaches etcd's own gRPC server with this certificate.
+    write_file(m_dir + "/server.ext",
+               "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n");
+    write_file(m_dir + "/client.ext", "extendedKeyUsage=clientAuth\n");
+    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    // The client certificate has no CN: etcd's gateway refuses one that has a CN
+    // while authentication is on (the CN would name the user over gRPC).
+    const std::vector<std::string> commands = {
+        fmt::format("openssl req -x509 {} -keyout ca.key -out ca.pem -days 2 "
+                    "-subj '/CN=ddprun test CA'",
+                    key),
+        fmt::format("openssl req -x509 {} -keyout other-ca.key -out other-ca.pem -days 2 "
+                    "-subj '/CN=ddprun other CA'",
+                    key),
+        fmt::format("openssl req {} -keyout server.key -out server.csr -subj '/CN=etcd'", key),
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out server.pem -days 2 -extfile server.ext",
+        fmt::format("openssl req {} -keyout client.key -out client.csr -subj '/O=ddprun tests'",
+                    key),
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out client.pem -days 2 -extfile client.ext",
+        "openssl x509 -req -in client.csr -CA other-ca.pem -CAkey other-ca.key "
+        "-CAcreateserial -out other-client.pem -days 2 -extfile client.ext",
+        "openssl req -new -key client.key -out named-client.csr -subj '/CN=trainer'",
+        "openssl x509 -req -in named-client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out named-client.pem -days 2 -extfile client.ext",
+    };
+    for (const auto& command : commands) {
+        const std::string line =
+            fmt::format("cd '{}' && {} >>openssl.log 2>&1 </dev/null", m_dir, command);
+        if (std::system(line.c_str()) != 0) {
+            m_error = fmt::format("'{}' failed; see {}/openssl.log", command, m_dir);
+            return false;
+        }
+    }
+    return true;
+}
+
+// Users root (etcd wants one before authentication goes on) and k_user, whose
+// role may read and write the keys under /ddprun/, then authentication on.
+bool EtcdCluster::enable_authentication() {
+    try {
+        EtcdClient root(client_options(0, 10s));
+        const nlohmann::json steps[][2] = {
+            {"/v3/auth/user/add", {{"name", "root"}, {"password", k_root_password}}},
+            {"/v3/auth/user/grant", {{"user", "root"}, {"role", "root"}}},
+            {"/v3/auth/role/add", {{"name", "ddprun"}}},
+            {"/v3/auth/role/grant",
+             {{"name", "ddprun"},
+              {"perm",
+               {{"permType", "READWRITE"},
+                {"key", etcd_base64("/ddprun/")},
+                {"range_end", etcd_base64("/ddprun0")}}}}},
+            {"/v3/auth/user/add", {{"name", k_user}, {"password", k_password}}},
+            {"/v3/auth/user/grant", {{"user", k_user}, {"role", "ddprun"}}},
+            {"/v3/auth/enable", nlohmann::json::object()},
+        };
+        for (const auto& [path, body] : steps) root.call(path.get<std::string>(), body);
+    } catch (const StoreError& error) {
+        m_error = fmt::format("could not turn etcd's authentication on: {}", error.what());
+        return false;
+    }
+    write_file(password_file(), std::string(k_password) + "\n");
+    m_auth_enabled = true;
+    return true;
+}
+
+EtcdOptions EtcdCluster::client_options(int index, std::chrono::milliseconds timeout) const {
+    EtcdOptions options;
+    options.endpoints = {{"127.0.0.1", m_members.at(static_cast<std::size_t>(index)).client_port}};
+    options.timeout = timeout;
+    if (m_security.tls) options.tls = EtcdTls{ca_cert(), client_cert(), client_key()};
+    if (m_auth_enabled) options.credentials = EtcdCredentials{"root", k_root_password};
+    return options;
 }
 
 EtcdCluster::~EtcdCluster() {
@@ -143,7 +248,7 @@ int EtcdCluster::leader() const {
     for (std::size_t i = 0; i < m_members.size(); ++i) {
         if (m_members[i].pid <= 0) continue;
         try {
-            EtcdClient client({{{"127.0.0.1", m_members[i].client_port}}, 2s});
+            EtcdClient client(client_options(static_cast<int>(i), 2s));
             auto status = client.call("/v3/maintenance/status", nlohmann::json::object());
             if (status.contains("leader") && status.contains("header") &&
                 status["header"].contains("member_id") &&

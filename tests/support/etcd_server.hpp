@@ -4,20 +4,40 @@
 // cluster of several members is the failover tests' three-member etcd.
 // Where etcd is not installed, ready() is false and error() says why, so the
 // test can skip with that message.
+//
+// A secured cluster (EtcdSecurity) serves its clients over TLS with a
+// certificate of a throwaway CA that the harness makes with the `openssl`
+// command in the temp dir, may require client certificates, and may have
+// authentication on, with a user for the tests.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "ddprun/etcd_client.hpp"
+
 namespace ddprun {
+
+struct EtcdSecurity {
+    bool tls = false;               // https client URLs (peers stay http)
+    bool client_cert_auth = false;  // --client-cert-auth: clients need a certificate of the CA
+    bool auth = false;              // users root and k_user (readwrite on /ddprun/), auth on
+    int auth_token_ttl = 0;         // --auth-token-ttl in seconds; 0: etcd's default (300)
+};
 
 class EtcdCluster {
   public:
+    // The user of a cluster with authentication on, and its password (also in
+    // password_file()).
+    static constexpr const char* k_user = "trainer";
+    static constexpr const char* k_password = "correct horse";
+
     // Starts `members` etcd processes forming one cluster and waits (bounded)
     // until the cluster answers.
-    explicit EtcdCluster(int members = 1);
+    explicit EtcdCluster(int members = 1, EtcdSecurity security = {});
     ~EtcdCluster();
     EtcdCluster(const EtcdCluster&) = delete;
     EtcdCluster& operator=(const EtcdCluster&) = delete;
@@ -40,7 +60,26 @@ class EtcdCluster {
     // Stops every member.
     void stop();
 
+    // With TLS, files in the harness's temp dir: the CA that signed etcd's
+    // certificate (for 127.0.0.1 only), a client certificate of that CA and
+    // its key, another CA that etcd knows nothing of (a wrong ca_cert), and a
+    // certificate of that CA for the same client key (one etcd does not trust).
+    std::string ca_cert() const { return m_dir + "/ca.pem"; }
+    std::string client_cert() const { return m_dir + "/client.pem"; }
+    std::string client_key() const { return m_dir + "/client.key"; }
+    std::string other_ca() const { return m_dir + "/other-ca.pem"; }
+    std::string other_client_cert() const { return m_dir + "/other-client.pem"; }
+    // A certificate of the CA for the same key, with a Common Name (CN=trainer).
+    std::string named_client_cert() const { return m_dir + "/named-client.pem"; }
+    // With authentication: a file that holds k_user's password.
+    std::string password_file() const { return m_dir + "/password"; }
+    // What a client needs to reach member `index` (as root, with authentication on).
+    EtcdOptions client_options(int index, std::chrono::milliseconds timeout) const;
+
   private:
+    bool make_certificates();
+    bool enable_authentication();
+
     struct Member {
         pid_t pid = -1;
         int client_port = 0;
@@ -48,6 +87,8 @@ class EtcdCluster {
         std::string name;
     };
     std::string m_dir;
+    EtcdSecurity m_security;
+    bool m_auth_enabled = false;
     std::vector<Member> m_members;
     std::string m_error;
 };

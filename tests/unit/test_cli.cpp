@@ -407,6 +407,29 @@ TEST(CliShape, RendezvousEndpointsAndConf) {
     EXPECT_EQ(c.rendezvous.other, (std::map<std::string, std::string>{{"custom", "x=y"}}));
 }
 
+// torchrun's etcd-v2 names for TLS, and etcd's user/password: typed, not left in `other`.
+TEST(CliShape, EtcdTlsAndUserOptions) {
+    LaunchConfig c = parse_ok({"--rdzv_backend=etcd",
+                               "--rdzv_conf=protocol=HTTPS,ca_cert=ca.pem,ssl_cert=c.pem,"
+                               "ssl_cert_key=c.key,user=trainer,password_file=pw,prefix=/p/",
+                               "./t"});
+    const EtcdAccess& etcd = c.rendezvous.etcd;
+    EXPECT_TRUE(etcd.https);
+    EXPECT_EQ(etcd.ca_cert, "ca.pem");
+    EXPECT_EQ(etcd.ssl_cert, "c.pem");
+    EXPECT_EQ(etcd.ssl_cert_key, "c.key");
+    EXPECT_EQ(etcd.user, "trainer");
+    EXPECT_EQ(etcd.password_file, "pw");
+    EXPECT_EQ(c.rendezvous.other, (std::map<std::string, std::string>{{"prefix", "/p/"}}));
+    // Server-verified TLS needs no client certificate, nor even a CA (the system's).
+    EXPECT_TRUE(parse_ok({"--rdzv_backend=etcd", "--rdzv_conf=protocol=https", "./t"})
+                    .rendezvous.etcd.https);
+    EXPECT_FALSE(parse_ok({"--rdzv_backend=etcd", "--rdzv_conf=protocol=http", "./t"})
+                     .rendezvous.etcd.given());
+    // protocol=http is the default, harmless on any backend.
+    EXPECT_FALSE(parse_ok({"--rdzv_conf=protocol=http", "./t"}).rendezvous.etcd.given());
+}
+
 // Every spelling the CLI accepts for is_host means the same to the agent (a
 // bare string compare once made "yes" a client).
 TEST(CliShape, IsHostTakesEverySpellingOfYesAndNo) {
@@ -574,6 +597,41 @@ TEST(CliRejects, PortsAndRendezvous) {
         {{"--rdzv_conf=last_call_timeout=", "./t"}, {}, {"last_call_timeout"}},
         {{"--rdzv_conf=is_host=maybe", "./t"}, {}, {"is_host=maybe", "is_host"}},
     });
+}
+
+TEST(CliRejects, EtcdTlsAndUserOptions) {
+    const std::string etcd = "--rdzv_backend=etcd";
+    expect_rejected({
+        {{etcd, "--rdzv_conf=user=u,password=hunter2", "./t"},
+         {},
+         {"--rdzv_conf password=...", "never taken on the command line", "password_file=PATH"}},
+        {{etcd, "./t"},
+         {{"PET_RDZV_CONF", "password=hunter2"}},
+         {"PET_RDZV_CONF password=...", "never taken"}},
+        {{etcd, "--rdzv_conf=protocol=ftp", "./t"}, {}, {"protocol must be http or https", "ftp"}},
+        {{etcd, "--rdzv_conf=ca_cert=ca.pem", "./t"}, {}, {"need protocol=https"}},
+        {{etcd, "--rdzv_conf=protocol=http,ssl_cert=c.pem,ssl_cert_key=c.key", "./t"},
+         {},
+         {"need protocol=https"}},
+        {{etcd, "--rdzv_conf=protocol=https,ssl_cert=c.pem", "./t"},
+         {},
+         {"ssl_cert needs ssl_cert_key"}},
+        {{etcd, "--rdzv_conf=protocol=https,ssl_cert_key=c.key", "./t"},
+         {},
+         {"ssl_cert_key needs ssl_cert"}},
+        {{etcd, "--rdzv_conf=user=u", "./t"}, {}, {"user needs password_file"}},
+        {{etcd, "--rdzv_conf=password_file=pw", "./t"}, {}, {"password_file needs user"}},
+        {{"--rdzv_backend=c10d", "--rdzv_conf=protocol=https", "./t"},
+         {},
+         {"are for the etcd backend", "--rdzv_backend=etcd"}},
+        {{"--rdzv_conf=user=u,password_file=pw", "./t"}, {}, {"are for the etcd backend"}},
+    });
+    // The password is not printed back.
+    auto rejected = parse_command_line({etcd, "--rdzv_conf=password=hunter2", "./t"}, {});
+    ASSERT_FALSE(rejected.has_value());
+    EXPECT_EQ(rejected.error().exit_code, 2);
+    EXPECT_EQ(rejected.error().message.find("hunter2"), std::string::npos)
+        << rejected.error().message;
 }
 
 TEST(CliRejects, Supervision) {

@@ -104,6 +104,22 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
             m.other = m.host->clone();
             return;
         }
+        if (GetParam() == "etcd_secured") {
+            // Mutual TLS and a user whose role reaches only /ddprun/: every call,
+            // watches included, goes through the handshake and carries the token.
+            static EtcdCluster etcd(1, {.tls = true, .client_cert_auth = true, .auth = true});
+            if (!etcd.ready()) GTEST_SKIP() << etcd.error();
+            static int test_number = 0;
+            EtcdStoreOptions options;
+            options.client = etcd.client_options(0, k_timeout);
+            options.client.credentials =
+                EtcdCredentials{EtcdCluster::k_user, EtcdCluster::k_password};
+            options.prefix = fmt::format("/ddprun/contract{}/", ++test_number);
+            m.host = open_etcd_store(options);
+            m.store = m.host->clone();
+            m.other = m.host->clone();
+            return;
+        }
         if (!tcp_store_available()) GTEST_SKIP() << "built without libtorch";
         int port = free_port();
         m.host = open_server(port, k_timeout);
@@ -266,7 +282,8 @@ TEST_P(StoreContract, CloneIsAnotherConnectionToTheSameData) {
     EXPECT_EQ(host_clone->get("from clone"), "2");
 }
 
-INSTANTIATE_TEST_SUITE_P(Store, StoreContract, ::testing::Values("memory", "tcp", "etcd"),
+INSTANTIATE_TEST_SUITE_P(Store, StoreContract,
+                         ::testing::Values("memory", "tcp", "etcd", "etcd_secured"),
                          [](const auto& param_info) { return param_info.param; });
 
 // ---------------------------------------------------------------------------
