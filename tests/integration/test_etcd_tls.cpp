@@ -131,6 +131,17 @@ TEST_F(EtcdTlsTest, ATwoNodeJobRunsOverMutualTls) {
     EXPECT_EQ(sorted_ranks(r), (std::vector<int>{0, 1, 2, 3})) << describe_all(r);
 }
 
+// An elastic job's own calls (leases, the leader's election, its queue) over the
+// same secured connections.
+TEST_F(EtcdTlsTest, AnElasticJobRunsOverMutualTlsAsAnEtcdUser) {
+    Job job = job_on(*s_both, mutual_tls_as_user());
+    job.min_nnodes = 1;
+    auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"env"}},
+                             {.addr = "127.0.0.2", .actions = {"env"}}});
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    EXPECT_EQ(sorted_ranks(r), (std::vector<int>{0, 1, 2, 3})) << describe_all(r);
+}
+
 TEST_F(EtcdTlsTest, OverTlsAMemberThatIsDownIsSkipped) {
     // The first endpoint has nothing behind it: the handshake happens with the next.
     Job job = job_on(*s_mutual, mutual_tls());
