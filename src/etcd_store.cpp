@@ -94,12 +94,29 @@ class EtcdStore final : public Store {
     }
 
     std::string get(const std::string& key) override {
-        const auto deadline = Clock::now() + m_options.client.timeout;
-        for (;;) {
-            auto [value, revision] = read(key);
-            if (value) return *value;
-            wait_for(key, revision, deadline);
+        return wait_get({key}, m_options.client.timeout).front();
+    }
+
+    std::vector<std::string> wait_get(const std::vector<std::string>& keys,
+                                      std::chrono::milliseconds timeout) override {
+        // A transaction of reads per k_max_txn_ops keys (node 0 reads every node's
+        // record); a key that is a counter, or is not there yet, is then read on its own.
+        const auto deadline = Clock::now() + timeout;
+        std::vector<std::string> values(keys.size());
+        for (std::size_t first = 0; first < keys.size(); first += k_max_txn_ops) {
+            const std::size_t last = std::min(keys.size(), first + k_max_txn_ops);
+            json ranges = json::array();
+            for (std::size_t i = first; i < last; ++i)
+                ranges.push_back({{"request_range", read_request(keys[i])}});
+            json answer = m_client.call("/v3/kv/txn", {{"success", ranges}});
+            for (std::size_t i = first; i < last; ++i) {
+                auto [value, revision] =
+                    read_answer(keys[i], txn_response(answer, i - first, "response_range"),
+                                header_revision(answer));
+                values[i] = value ? std::move(*value) : wait_for_value(keys[i], revision, deadline);
+            }
         }
+        return values;
     }
 
     std::int64_t add(const std::string& key, std::int64_t delta) override {
@@ -245,31 +262,55 @@ class EtcdStore final : public Store {
         return *number;
     }
 
-    // The key's value (if any): K's own, or else its counter's; and the store's revision
-    // it was read at. One round trip for a key that is not a counter.
-    std::pair<std::optional<std::string>, std::int64_t> read(const std::string& key) {
-        const std::string own = etcd_key(key);
-        json answer = m_client.call(
-            "/v3/kv/range",
-            {{"key", etcd_base64(own)}, {"range_end", etcd_base64(key_end(key))}, {"limit", 1}});
-        const std::int64_t revision = header_revision(answer);
-        if (const json* kv = first_kv(answer);
-            kv != nullptr && etcd_unbase64(kv->value("key", std::string())) == own)
+    // A range that reads K and the first of its deltas, and counts them all: K's value
+    // when K exists (it sorts first), else whether it is a counter.
+    json read_request(const std::string& key) const {
+        return {{"key", encoded(key)}, {"range_end", etcd_base64(key_end(key))}, {"limit", 1}};
+    }
+
+    // The key's value (if any) from the answer to read_request(): K's own, or else its
+    // counter's (one more round trip); and the store's revision it was read at.
+    std::pair<std::optional<std::string>, std::int64_t> read_answer(const std::string& key,
+                                                                    const json& range,
+                                                                    std::int64_t revision) {
+        if (const json* kv = first_kv(range);
+            kv != nullptr && etcd_unbase64(kv->value("key", std::string())) == etcd_key(key))
             return {etcd_unbase64(kv->value("value", std::string())), revision};
-        if (integer_field(answer, "count") == 0) return {std::nullopt, revision};
+        if (integer_field(range, "count") == 0) return {std::nullopt, revision};
         // A counter: its value, read at once (K itself may have been set meanwhile).
         json txn = {{"compare", json::array({absent(key)})},
                     {"success", counter_reads(key)},
                     {"failure", json::array({{{"request_range", {{"key", encoded(key)}}}}})}};
         json counted = m_client.call("/v3/kv/txn", txn);
+        revision = header_revision(counted);
         if (!counted.value("succeeded", false)) {
             if (const json* kv = first_kv(txn_response(counted, 0, "response_range")))
-                return {etcd_unbase64(kv->value("value", std::string())), header_revision(counted)};
-            return {std::nullopt, header_revision(counted)};
+                return {etcd_unbase64(kv->value("value", std::string())), revision};
+            return {std::nullopt, revision};
         }
         CounterValue counter = counter_value(key, counted, 0);
-        if (!counter.exists) return {std::nullopt, header_revision(counted)};
-        return {std::to_string(counter.value), header_revision(counted)};
+        if (!counter.exists) return {std::nullopt, revision};
+        return {std::to_string(counter.value), revision};
+    }
+
+    // Blocks until `key` exists, found missing at `revision`; throws Timeout at `deadline`.
+    std::string wait_for_value(const std::string& key, std::int64_t revision,
+                               Clock::time_point deadline) {
+        for (;;) {
+            if (Clock::now() >= deadline)
+                throw StoreError(StoreError::Kind::Timeout,
+                                 fmt::format("timed out waiting for '{}'", key));
+            // The put that ends the watch carries its value: when it is the key's own,
+            // that is the answer, not read again (every agent waits for node 0's
+            // membership record, whose size grows with N).
+            json kv = wait_for(key, revision, deadline);
+            if (etcd_unbase64(kv.value("key", std::string())) == etcd_key(key))
+                return etcd_unbase64(kv.value("value", std::string()));
+            json answer = m_client.call("/v3/kv/range", read_request(key));
+            auto [value, read_at] = read_answer(key, answer, header_revision(answer));
+            if (value) return *value;
+            revision = read_at;
+        }
     }
 
     // The keys among `keys` that do not exist (neither K nor a delta of it), in order, and
@@ -303,10 +344,10 @@ class EtcdStore final : public Store {
     }
 
     // Blocks until `key` (or a delta of it) is written after `revision`, or throws Timeout
-    // at `deadline`.
-    void wait_for(const std::string& key, std::int64_t revision, Clock::time_point deadline) {
+    // at `deadline`. Returns the key-value written.
+    json wait_for(const std::string& key, std::int64_t revision, Clock::time_point deadline) {
         try {
-            m_client.watch_for_put(etcd_key(key), key_end(key), revision + 1, deadline);
+            return m_client.watch_for_put(etcd_key(key), key_end(key), revision + 1, deadline);
         } catch (const StoreError& error) {
             if (error.kind() != StoreError::Kind::Timeout) throw;
             throw StoreError(StoreError::Kind::Timeout,

@@ -283,6 +283,35 @@ TEST_P(StoreContract, WaitTimesOut) {
     }
 }
 
+// wait_get: the values in order, more keys than etcd reads in one transaction, a
+// counter among them, one written while it waits, and a timeout.
+TEST_P(StoreContract, WaitGetReturnsEveryValueInOrder) {
+    std::vector<std::string> keys;
+    std::vector<std::string> expected;
+    for (int i = 0; i < 200; ++i) {
+        keys.push_back("record/" + std::to_string(i));
+        expected.push_back(std::string(static_cast<std::size_t>(i % 7), 'x') + std::to_string(i));
+        m.other->set(keys.back(), expected.back());
+    }
+    m.other->add("count", 3);
+    keys.push_back("count");
+    expected.push_back("3");
+    keys.push_back("late");
+    expected.push_back("late value");
+    std::thread writer([&] {
+        std::this_thread::sleep_for(50ms);
+        m.other->set("late", "late value");
+    });
+    EXPECT_EQ(m.store->wait_get(keys, 20s), expected);
+    writer.join();
+    try {
+        m.store->wait_get({"record/0", "never"}, 100ms);
+        FAIL() << "wait_get returned";
+    } catch (const StoreError& error) {
+        EXPECT_EQ(error.kind(), Kind::Timeout) << error.what();
+    }
+}
+
 // Each way of writing a key wakes a client waiting for it (c10d 1.13's
 // compareSet alone does not; the plugin makes up for it).
 TEST_P(StoreContract, WaitWakesOnEveryWrite) {
