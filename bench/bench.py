@@ -130,8 +130,8 @@ def parse_args():
     parser.add_argument(
         "--rdzv-sim-etcd",
         type=count_list,
-        default=[128, 1024, 4096],
-        help="agent counts of (i) over etcd (default 128,1024,4096)",
+        default=[128, 512, 1024, 4096],
+        help="agent counts of (i) over etcd (default 128,512,1024,4096)",
     )
     parser.add_argument("--scale-reps", type=int, default=3, help="runs per row of (h) and (i) (default 3)")
     parser.add_argument("--elastic-reps", type=int, default=3, help="runs per row of (j) (default 3)")

@@ -299,12 +299,13 @@ json EtcdClient::call(const std::string& path, const json& body) {
     return parsed;
 }
 
-void EtcdClient::watch_for_put(const std::string& key, std::int64_t start_revision,
-                               Clock::time_point deadline) {
+json EtcdClient::watch_for_put(const std::string& key, const std::string& range_end,
+                               std::int64_t start_revision, Clock::time_point deadline) {
     for (std::int64_t from = start_revision; Clock::now() < deadline;) {
-        auto batch = watch_events(key, {}, from, deadline);
+        auto batch = watch_events(key, range_end, from, deadline);
         for (const json& event : batch.events)
-            if (!event.contains("type") || event["type"] == "PUT") return;
+            if (!event.contains("type") || event["type"] == "PUT")
+                return event.contains("kv") ? event["kv"] : json::object();
         if (batch.events.empty()) break;  // the deadline passed
         from = std::max(from, batch.revision + 1);
     }

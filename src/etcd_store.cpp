@@ -1,9 +1,36 @@
 // The Store interface over etcd's v3 API (see etcd_store.hpp): a key of the
-// rendezvous is an etcd key under the prefix; compare-and-set and counters are
-// transactions; get and wait block on a watch, never a poll.
+// rendezvous is an etcd key under the prefix; compare-and-set is a
+// transaction, a counter is a set of keys of its own (below); get and wait
+// block on a watch, never a poll.
+//
+// Counters. Every agent of a round adds to the same counters at once (assign,
+// joined, then finished, acks). A read and a compare-and-set on the counter's
+// key, retried when another agent wrote in between, costs about as many
+// transactions per agent as there are agents ahead of it: close to N^2 in all
+// (1024 agents took 65 s to join, docs/scale.md). Instead, add(K, d) is one
+// transaction that puts a key of its own, K "\0" kind id, and counts those
+// keys in the same transaction. A transaction is atomic and etcd orders every
+// write by its revision, so the count it returns is the counter's value as
+// of that put: each add gets a distinct, exact result (as c10d's add does)
+// and none is ever retried, whatever the contention.
+//  - "\0" because the rendezvous builds its keys from text: no key of its own
+//    holds a NUL byte, so the counter "joined" and the record "joined/3"
+//    cannot be confused, and [K, K "\x01") holds exactly K and its deltas:
+//    one range, or one watch, sees both.
+//  - Deltas of 1 (almost every add) are K "\0" "1" id, counted with
+//    count_only: etcd sends no values. Other deltas are K "\0" "n" id and are
+//    summed; add(K, 0) writes nothing, it only reads.
+//  - A value written to K itself (set(), compare_set(), or a stray writer's
+//    garbage) is the key's value while it exists, deltas or not, as set()
+//    replaces a c10d counter; add() then adds to it with compare-and-set, the
+//    old way (retried, but not on the rendezvous' path), and says when it is
+//    not a number. compare_set() compares K itself only: nothing compares and
+//    sets a counter.
 #include "ddprun/etcd_store.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -22,57 +49,103 @@ constexpr std::size_t k_max_txn_ops = 128;
 
 // etcd's integers arrive as JSON strings (int64 in the gateway's mapping).
 std::int64_t integer_field(const json& object, const char* name) {
-    if (!object.contains(name)) return 0;
+    if (!object.is_object() || !object.contains(name)) return 0;
     const json& value = object[name];
     if (value.is_number_integer()) return value.get<std::int64_t>();
     if (value.is_string()) return to_integer(value.get<std::string>()).value_or(0);
     return 0;
 }
 
+const json* first_kv(const json& range_answer) {
+    if (!range_answer.is_object() || !range_answer.contains("kvs") ||
+        !range_answer["kvs"].is_array() || range_answer["kvs"].empty())
+        return nullptr;
+    return &range_answer["kvs"][0];
+}
+
+// The answers of a transaction's operations, in order (null where one is missing).
+const json& txn_response(const json& answer, std::size_t index, const char* kind) {
+    static const json none;
+    if (!answer.contains("responses") || !answer["responses"].is_array() ||
+        answer["responses"].size() <= index || !answer["responses"][index].is_object() ||
+        !answer["responses"][index].contains(kind))
+        return none;
+    return answer["responses"][index][kind];
+}
+
+std::int64_t header_revision(const json& answer) {
+    return answer.contains("header") ? integer_field(answer["header"], "revision") : 0;
+}
+
+// A name for this connection's delta keys that no other agent's can share:
+// 64 random bits, and a sequence number per add.
+std::string make_counter_id() {
+    std::random_device device;
+    return fmt::format("{:08x}{:08x}", device(), device());
+}
+
 class EtcdStore final : public Store {
   public:
     explicit EtcdStore(EtcdStoreOptions options)
-        : m_options(std::move(options)), m_client(m_options.client) {}
+        : m_options(std::move(options)), m_client(m_options.client), m_id(make_counter_id()) {}
 
     void set(const std::string& key, const std::string& value) override {
         m_client.call("/v3/kv/put", {{"key", encoded(key)}, {"value", etcd_base64(value)}});
     }
 
     std::string get(const std::string& key) override {
-        const auto deadline = Clock::now() + m_options.client.timeout;
-        for (;;) {
-            auto [value, revision] = range(key);
-            if (value) return *value;
-            wait_for(key, revision, deadline);
+        return wait_get({key}, m_options.client.timeout).front();
+    }
+
+    std::vector<std::string> wait_get(const std::vector<std::string>& keys,
+                                      std::chrono::milliseconds timeout) override {
+        // A transaction of reads per k_max_txn_ops keys (node 0 reads every node's
+        // record); a key that is a counter, or is not there yet, is then read on its own.
+        const auto deadline = Clock::now() + timeout;
+        std::vector<std::string> values(keys.size());
+        for (std::size_t first = 0; first < keys.size(); first += k_max_txn_ops) {
+            const std::size_t last = std::min(keys.size(), first + k_max_txn_ops);
+            json ranges = json::array();
+            for (std::size_t i = first; i < last; ++i)
+                ranges.push_back({{"request_range", read_request(keys[i])}});
+            json answer = m_client.call("/v3/kv/txn", {{"success", ranges}});
+            for (std::size_t i = first; i < last; ++i) {
+                auto [value, revision] =
+                    read_answer(keys[i], txn_response(answer, i - first, "response_range"),
+                                header_revision(answer));
+                values[i] = value ? std::move(*value) : wait_for_value(keys[i], revision, deadline);
+            }
         }
+        return values;
     }
 
     std::int64_t add(const std::string& key, std::int64_t delta) override {
-        // Read, then write if nobody wrote in between (the key's mod revision); retried
-        // under contention.
         for (;;) {
-            auto answer = m_client.call("/v3/kv/range", {{"key", encoded(key)}});
-            std::int64_t current = 0;
-            json compare;
-            if (const json* kv = first_kv(answer)) {
-                std::string text = etcd_unbase64(kv->value("value", std::string()));
-                auto number = to_integer(text);
-                if (!number)
-                    throw StoreError(StoreError::Kind::Other,
-                                     fmt::format("cannot add to '{}': it holds '{}', not a number",
-                                                 key, text.substr(0, 40)));
-                current = *number;
-                compare = {{"key", encoded(key)},
-                           {"target", "MOD"},
-                           {"result", "EQUAL"},
-                           {"mod_revision", std::to_string(integer_field(*kv, "mod_revision"))}};
-            } else {
-                compare = absent(key);
+            json txn = {{"compare", json::array({absent(key)})},
+                        {"success", counter_reads(key)},
+                        {"failure", json::array({{{"request_range", {{"key", encoded(key)}}}}})}};
+            if (delta != 0) {
+                const std::string kind = delta == 1 ? "1" : "n";
+                txn["success"].insert(
+                    txn["success"].begin(),
+                    put_raw(counter_base(key) + kind + fmt::format("{}.{}", m_id, ++m_adds),
+                            std::to_string(delta)));
             }
-            const std::int64_t next = current + delta;
-            json txn = {{"compare", json::array({compare})},
+            json answer = m_client.call("/v3/kv/txn", txn);
+            const std::size_t first = delta != 0 ? 1 : 0;
+            if (answer.value("succeeded", false)) return counter_value(key, answer, first).value;
+            // K itself holds a value: add to it if nobody writes it in between.
+            const json* kv = first_kv(txn_response(answer, 0, "response_range"));
+            if (kv == nullptr) continue;  // gone meanwhile
+            const std::int64_t next = number_in(key, *kv) + delta;
+            if (delta == 0) return next;
+            json compare = {{"key", encoded(key)},
+                            {"target", "MOD"},
+                            {"result", "EQUAL"},
+                            {"mod_revision", std::to_string(integer_field(*kv, "mod_revision"))}};
+            json cas = {{"compare", json::array({compare})},
                         {"success", json::array({put(key, std::to_string(next))})}};
-            if (m_client.call("/v3/kv/txn", txn).value("succeeded", false)) return next;
+            if (m_client.call("/v3/kv/txn", cas).value("succeeded", false)) return next;
         }
     }
 
@@ -89,49 +162,29 @@ class EtcdStore final : public Store {
         json answer = m_client.call("/v3/kv/txn", txn);
         if (answer.value("succeeded", false)) return desired;
         // The current value, from the failure branch's range ("" when absent).
-        if (answer.contains("responses") && answer["responses"].is_array()) {
-            for (const json& response : answer["responses"]) {
-                if (!response.contains("response_range")) continue;
-                if (const json* kv = first_kv(response["response_range"]))
-                    return etcd_unbase64(kv->value("value", std::string()));
-            }
-        }
+        if (const json* kv = first_kv(txn_response(answer, 0, "response_range")))
+            return etcd_unbase64(kv->value("value", std::string()));
         return {};
     }
 
     bool check(const std::vector<std::string>& keys) override {
-        // A round trip per k_max_txn_ops keys: a transaction of ranges that always succeeds
-        // (etcd refuses more operations in one transaction by default, --max-txn-ops).
-        for (std::size_t first = 0; first < keys.size(); first += k_max_txn_ops) {
-            const std::size_t last = std::min(keys.size(), first + k_max_txn_ops);
-            json ranges = json::array();
-            for (std::size_t i = first; i < last; ++i)
-                ranges.push_back(
-                    {{"request_range", {{"key", encoded(keys[i])}, {"count_only", true}}}});
-            json answer = m_client.call("/v3/kv/txn", {{"success", ranges}});
-            if (!answer.contains("responses") || !answer["responses"].is_array() ||
-                answer["responses"].size() != last - first)
-                return false;
-            for (const json& response : answer["responses"]) {
-                if (!response.contains("response_range") ||
-                    integer_field(response["response_range"], "count") == 0)
-                    return false;
-            }
-        }
-        return true;
+        return missing(keys, true).keys.empty();
     }
 
     void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+        // One check of all the keys (a round trip per k_max_txn_ops of them), then a watch
+        // for the first one missing, and so on: node 0 waits for every node's record, and
+        // one read per key would make its wait grow with N.
         const auto deadline = Clock::now() + timeout;
-        for (const auto& key : keys) {
-            for (;;) {
-                auto [value, revision] = range(key);
-                if (value) break;
-                if (Clock::now() >= deadline)
-                    throw StoreError(StoreError::Kind::Timeout,
-                                     fmt::format("timed out waiting for '{}'", key));
-                wait_for(key, revision, deadline);
-            }
+        std::vector<std::string> pending = keys;
+        for (;;) {
+            Missing absent = missing(pending, false);
+            if (absent.keys.empty()) return;
+            if (Clock::now() >= deadline)
+                throw StoreError(StoreError::Kind::Timeout,
+                                 fmt::format("timed out waiting for '{}'", absent.keys.front()));
+            wait_for(absent.keys.front(), absent.revision, deadline);
+            pending = std::move(absent.keys);
         }
     }
 
@@ -147,8 +200,17 @@ class EtcdStore final : public Store {
     }
     std::string encoded(const std::string& key) const { return etcd_base64(etcd_key(key)); }
 
+    // K "\0": the counter's deltas follow; K "\x01": the end of K and its deltas.
+    std::string counter_base(const std::string& key) const {
+        return etcd_key(key) + std::string(1, '\0');
+    }
+    std::string key_end(const std::string& key) const { return etcd_key(key) + "\x01"; }
+
+    static json put_raw(const std::string& etcd_key, const std::string& value) {
+        return {{"request_put", {{"key", etcd_base64(etcd_key)}, {"value", etcd_base64(value)}}}};
+    }
     json put(const std::string& key, const std::string& value) const {
-        return {{"request_put", {{"key", encoded(key)}, {"value", etcd_base64(value)}}}};
+        return put_raw(etcd_key(key), value);
     }
     json absent(const std::string& key) const {
         return {{"key", encoded(key)},
@@ -157,27 +219,137 @@ class EtcdStore final : public Store {
                 {"create_revision", "0"}};
     }
 
-    static const json* first_kv(const json& range_answer) {
-        if (!range_answer.contains("kvs") || !range_answer["kvs"].is_array() ||
-            range_answer["kvs"].empty())
-            return nullptr;
-        return &range_answer["kvs"][0];
+    // The two reads that give a counter's value: how many deltas of 1, and the others.
+    json counter_reads(const std::string& key) const {
+        const std::string base = counter_base(key);
+        return json::array(
+            {{{"request_range",
+               {{"key", etcd_base64(base + "1")},
+                {"range_end", etcd_base64(base + "2")},
+                {"count_only", true}}}},
+             {{"request_range",
+               {{"key", etcd_base64(base + "n")}, {"range_end", etcd_base64(base + "o")}}}}});
     }
 
-    // The value (if any) and the store's revision it was read at.
-    std::pair<std::optional<std::string>, std::int64_t> range(const std::string& key) {
-        json answer = m_client.call("/v3/kv/range", {{"key", encoded(key)}});
-        std::int64_t revision =
-            answer.contains("header") ? integer_field(answer["header"], "revision") : 0;
-        if (const json* kv = first_kv(answer))
+    struct CounterValue {
+        std::int64_t value = 0;
+        bool exists = false;  // some delta was written
+    };
+    // The answers of counter_reads(), from operation `first` of a transaction.
+    CounterValue counter_value(const std::string& key, const json& answer,
+                               std::size_t first) const {
+        CounterValue counter;
+        const std::int64_t ones =
+            integer_field(txn_response(answer, first, "response_range"), "count");
+        counter.value = ones;
+        counter.exists = ones > 0;
+        const json& others = txn_response(answer, first + 1, "response_range");
+        if (others.is_object() && others.contains("kvs") && others["kvs"].is_array()) {
+            for (const json& kv : others["kvs"]) {
+                counter.value += number_in(key, kv);
+                counter.exists = true;
+            }
+        }
+        return counter;
+    }
+
+    // The integer a key-value holds, or a StoreError that says it holds something else.
+    static std::int64_t number_in(const std::string& key, const json& kv) {
+        std::string text = etcd_unbase64(kv.value("value", std::string()));
+        auto number = to_integer(text);
+        if (!number)
+            throw StoreError(StoreError::Kind::Other,
+                             fmt::format("cannot add to '{}': it holds '{}', not a number", key,
+                                         text.substr(0, 40)));
+        return *number;
+    }
+
+    // A range that reads K and the first of its deltas, and counts them all: K's value
+    // when K exists (it sorts first), else whether it is a counter.
+    json read_request(const std::string& key) const {
+        return {{"key", encoded(key)}, {"range_end", etcd_base64(key_end(key))}, {"limit", 1}};
+    }
+
+    // The key's value (if any) from the answer to read_request(): K's own, or else its
+    // counter's (one more round trip); and the store's revision it was read at.
+    std::pair<std::optional<std::string>, std::int64_t> read_answer(const std::string& key,
+                                                                    const json& range,
+                                                                    std::int64_t revision) {
+        if (const json* kv = first_kv(range);
+            kv != nullptr && etcd_unbase64(kv->value("key", std::string())) == etcd_key(key))
             return {etcd_unbase64(kv->value("value", std::string())), revision};
-        return {std::nullopt, revision};
+        if (integer_field(range, "count") == 0) return {std::nullopt, revision};
+        // A counter: its value, read at once (K itself may have been set meanwhile).
+        json txn = {{"compare", json::array({absent(key)})},
+                    {"success", counter_reads(key)},
+                    {"failure", json::array({{{"request_range", {{"key", encoded(key)}}}}})}};
+        json counted = m_client.call("/v3/kv/txn", txn);
+        revision = header_revision(counted);
+        if (!counted.value("succeeded", false)) {
+            if (const json* kv = first_kv(txn_response(counted, 0, "response_range")))
+                return {etcd_unbase64(kv->value("value", std::string())), revision};
+            return {std::nullopt, revision};
+        }
+        CounterValue counter = counter_value(key, counted, 0);
+        if (!counter.exists) return {std::nullopt, revision};
+        return {std::to_string(counter.value), revision};
     }
 
-    // Blocks until `key` is written after `revision`, or throws Timeout at `deadline`.
-    void wait_for(const std::string& key, std::int64_t revision, Clock::time_point deadline) {
+    // Blocks until `key` exists, found missing at `revision`; throws Timeout at `deadline`.
+    std::string wait_for_value(const std::string& key, std::int64_t revision,
+                               Clock::time_point deadline) {
+        for (;;) {
+            if (Clock::now() >= deadline)
+                throw StoreError(StoreError::Kind::Timeout,
+                                 fmt::format("timed out waiting for '{}'", key));
+            // The put that ends the watch carries its value: when it is the key's own,
+            // that is the answer, not read again (every agent waits for node 0's
+            // membership record, whose size grows with N).
+            json kv = wait_for(key, revision, deadline);
+            if (etcd_unbase64(kv.value("key", std::string())) == etcd_key(key))
+                return etcd_unbase64(kv.value("value", std::string()));
+            json answer = m_client.call("/v3/kv/range", read_request(key));
+            auto [value, read_at] = read_answer(key, answer, header_revision(answer));
+            if (value) return *value;
+            revision = read_at;
+        }
+    }
+
+    // The keys among `keys` that do not exist (neither K nor a delta of it), in order, and
+    // the revision of the read that found the first one missing (its watch starts after
+    // it). A transaction of count_only ranges per k_max_txn_ops keys; `first_only` stops
+    // at the first transaction with a key missing.
+    struct Missing {
+        std::vector<std::string> keys;
+        std::int64_t revision = 0;
+    };
+    Missing missing(const std::vector<std::string>& keys, bool first_only) {
+        Missing result;
+        for (std::size_t first = 0; first < keys.size(); first += k_max_txn_ops) {
+            const std::size_t last = std::min(keys.size(), first + k_max_txn_ops);
+            json ranges = json::array();
+            for (std::size_t i = first; i < last; ++i)
+                ranges.push_back({{"request_range",
+                                   {{"key", encoded(keys[i])},
+                                    {"range_end", etcd_base64(key_end(keys[i]))},
+                                    {"count_only", true}}}});
+            json answer = m_client.call("/v3/kv/txn", {{"success", ranges}});
+            for (std::size_t i = first; i < last; ++i) {
+                if (integer_field(txn_response(answer, i - first, "response_range"), "count") > 0)
+                    continue;
+                if (result.keys.empty()) result.revision = header_revision(answer);
+                result.keys.push_back(keys[i]);
+            }
+            if (first_only && !result.keys.empty()) break;
+        }
+        return result;
+    }
+
+    // Blocks until `key` (or a delta of it) is written after `revision`, or throws Timeout
+    // at `deadline`. Returns the key-value written.
+    json wait_for(const std::string& key, std::int64_t revision, Clock::time_point deadline) {
         try {
-            m_client.watch_for_put(etcd_key(key), revision + 1, deadline);
+            return m_client.watch_for_put(etcd_key(key), key_end(key), revision + 1, deadline);
         } catch (const StoreError& error) {
             if (error.kind() != StoreError::Kind::Timeout) throw;
             throw StoreError(StoreError::Kind::Timeout,
@@ -187,6 +359,8 @@ class EtcdStore final : public Store {
 
     EtcdStoreOptions m_options;
     EtcdClient m_client;
+    std::string m_id;          // of this connection's deltas
+    std::uint64_t m_adds = 0;  // deltas written through this connection
 };
 
 }  // namespace

@@ -58,13 +58,12 @@ void Rendezvous::set_join_progress(milliseconds interval, ProgressReport report)
     m_report_progress = std::move(report);
 }
 
-void Rendezvous::wait_joining(const std::vector<std::string>& keys) {
+std::vector<std::string> Rendezvous::wait_joining(const std::vector<std::string>& keys) {
     for (;;) {
         const auto until = std::min(m_join.deadline, m_join.next_report);
         auto slice = std::chrono::duration_cast<milliseconds>(until - Clock::now());
         try {
-            m_store.wait(keys, std::max(slice, milliseconds(1)));
-            return;
+            return m_store.wait_get(keys, std::max(slice, milliseconds(1)));
         } catch (const StoreError& error) {
             if (error.kind() != StoreError::Kind::Timeout) throw;
         }
@@ -175,8 +174,9 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
         } else {
             check_node_zero(round, me);
         }
-        wait_joining({key(round, "result")});
-        return read_result(round, me);
+        const std::string result_key = key(round, "result");
+        return parse_round_result(wait_joining({result_key}).front(), result_key, m_run_id, round,
+                                  me);
     } catch (const JoinTimedOut&) {
         try {
             return join_timed_out(round, me, timeout);
@@ -204,10 +204,10 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
 std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
     const int nnodes = me.fingerprint.nnodes;
     const std::string complete_key = key(round, fmt::format("joined/{}", nnodes));
-    wait_joining({complete_key});
+    const std::string complete_record = wait_joining({complete_key}).front();
     if (m_store.check({key(round, "result")})) return std::nullopt;  // aborted meanwhile
 
-    auto complete = detail::parse_joined(m_store.get(complete_key));
+    auto complete = detail::parse_joined(complete_record);
     if (!complete) return rendezvous_error(detail::malformed(complete_key, complete.error()));
     if (complete->nnodes != nnodes) {
         return rendezvous_error(detail::nnodes_mismatch(
@@ -217,13 +217,14 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
     std::vector<std::string> info_keys;
     for (int rank = 0; rank < nnodes; ++rank)
         info_keys.push_back(key(round, fmt::format("info/{}", rank)));
-    wait_joining(info_keys);
+    // In as few round trips as the store can: node 0's one read that grows with N.
+    const std::vector<std::string> records = wait_joining(info_keys);
 
     std::vector<NodeInfo> nodes;
     nodes.reserve(static_cast<std::size_t>(nnodes));
     for (int rank = 0; rank < nnodes; ++rank) {
         const std::string& info_key = info_keys[static_cast<std::size_t>(rank)];
-        auto info = parse_node_info(m_store.get(info_key));
+        auto info = parse_node_info(records[static_cast<std::size_t>(rank)]);
         if (!info) return rendezvous_error(detail::malformed(info_key, info.error()));
         if (info->node_rank != rank) {
             return rendezvous_error(detail::malformed(
@@ -243,8 +244,7 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
 // different number, one of the two would wait forever. Node 0 checks the rest.
 void Rendezvous::check_node_zero(int round, const NodeInfo& me) {
     const std::string zero_key = key(round, "zero");
-    wait_joining({zero_key});
-    std::string record = m_store.get(zero_key);
+    std::string record = wait_joining({zero_key}).front();
     if (record.empty()) return;  // aborted, maybe before node 0 joined
     auto zero = parse_node_info(record);
     if (!zero) {

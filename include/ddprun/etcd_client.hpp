@@ -95,10 +95,13 @@ class EtcdClient {
     // next ones if it fails, and returns the answer. Throws StoreError.
     nlohmann::json call(const std::string& path, const nlohmann::json& body);
 
-    // Watches `key` (raw, not base64) from `start_revision` on: returns once an
-    // event for it arrives, or throws StoreError Timeout at `deadline`.
-    void watch_for_put(const std::string& key, std::int64_t start_revision,
-                       std::chrono::steady_clock::time_point deadline);
+    // Watches `key` (raw, not base64; to `range_end`, exclusive, if not empty)
+    // from `start_revision` on: returns the key-value of the first put of a key
+    // in it (as the gateway sends it: key and value base64), or throws
+    // StoreError Timeout at `deadline`.
+    nlohmann::json watch_for_put(const std::string& key, const std::string& range_end,
+                                 std::int64_t start_revision,
+                                 std::chrono::steady_clock::time_point deadline);
 
     // Watches `key` (to `range_end`, exclusive, for a prefix; empty: the key
     // alone) from `start_revision` on, until the first events arrive or

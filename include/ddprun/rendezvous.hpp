@@ -121,8 +121,9 @@ class Rendezvous {
         Clock::time_point start, deadline, next_report;
     };
     // Waits for `keys` until the join's deadline (throws JoinTimedOut past it),
-    // in slices of at most the progress interval, reporting after each.
-    void wait_joining(const std::vector<std::string>& keys);
+    // in slices of at most the progress interval, reporting after each; returns
+    // their values (Store::wait_get).
+    std::vector<std::string> wait_joining(const std::vector<std::string>& keys);
     void report_waiting();
 
     std::optional<Error> collect(int round, const NodeInfo& me);

@@ -42,6 +42,18 @@ class Store {
     virtual bool check(const std::vector<std::string>& keys) = 0;
     // Blocks until every key exists, or `timeout` passes (StoreError Timeout).
     virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+    // Blocks until every key exists or `timeout` passes (StoreError Timeout), then
+    // returns their values, in order: wait() and a get() of each in one call, which a
+    // store may answer in fewer round trips (etcd: one transaction per 128 keys, and
+    // the watch that sees a key written carries its value).
+    virtual std::vector<std::string> wait_get(const std::vector<std::string>& keys,
+                                              std::chrono::milliseconds timeout) {
+        wait(keys, timeout);
+        std::vector<std::string> values;
+        values.reserve(keys.size());
+        for (const auto& key : keys) values.push_back(get(key));
+        return values;
+    }
     // A second connection to the same store, for use from another thread.
     virtual std::unique_ptr<Store> clone() = 0;
     // Whether cancel() ends a wait in progress (etcd). c10d's waits end only at their
@@ -68,11 +80,12 @@ std::unique_ptr<Store> open_tcp_store(const StoreOptions& options);
 bool tcp_store_available();
 
 // The plugin's entry point, looked up with dlsym. The version is in the name so
-// that a plugin left over from a build with a different Store cannot be used.
+// that a plugin left over from a build with a different Store cannot be used
+// (v2: Store gained wait_get).
 // On failure it returns null, sets *error_kind to a StoreError::Kind and writes
 // a one-line message (NUL-terminated, truncated to error_len) to error.
 inline constexpr const char* k_store_plugin_name = "libddprun_store.so";
-inline constexpr const char* k_store_plugin_entry = "ddprun_open_tcp_store_v1";
+inline constexpr const char* k_store_plugin_entry = "ddprun_open_tcp_store_v2";
 using StorePluginEntry = Store* (*)(const char* host, int port, int is_server, long timeout_ms,
                                     int* error_kind, char* error, std::size_t error_len);
 

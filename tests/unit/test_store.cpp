@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -172,6 +173,53 @@ TEST_P(StoreContract, AddCountsFromZero) {
     EXPECT_EQ(m.other->get("n"), "4");
 }
 
+// Every agent of a round adds to the same counter at once: each add gets its own
+// result, and together they are exactly 1..N (etcd counts without retrying, see
+// etcd_store.cpp).
+TEST_P(StoreContract, ConcurrentAddsGetDistinctResults) {
+    constexpr int k_threads = 8;
+    constexpr int k_adds = 20;
+    std::vector<std::unique_ptr<Store>> clones;
+    for (int i = 0; i < k_threads; ++i) clones.push_back(m.store->clone());
+    std::vector<std::vector<std::int64_t>> results(k_threads);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < k_threads; ++i) {
+        threads.emplace_back([&, i] {
+            for (int j = 0; j < k_adds; ++j)
+                results[static_cast<std::size_t>(i)].push_back(
+                    clones[static_cast<std::size_t>(i)]->add("together", 1));
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    std::vector<std::int64_t> all;
+    for (const auto& some : results) all.insert(all.end(), some.begin(), some.end());
+    std::sort(all.begin(), all.end());
+    std::vector<std::int64_t> expected(k_threads * k_adds);
+    for (std::size_t i = 0; i < expected.size(); ++i)
+        expected[i] = static_cast<std::int64_t>(i + 1);
+    EXPECT_EQ(all, expected);
+    EXPECT_EQ(m.other->get("together"), std::to_string(k_threads * k_adds));
+}
+
+// A counter and the records named after it ("joined" and "joined/1") are
+// different keys, and set() replaces a counter's value.
+TEST_P(StoreContract, CounterRecordsAndSetAreKeysOfTheirOwn) {
+    EXPECT_EQ(m.store->add("joined", 1), 1);
+    m.store->set("joined/1", "record");
+    EXPECT_EQ(m.other->add("joined", 1), 2);
+    EXPECT_EQ(m.other->get("joined/1"), "record");
+    EXPECT_FALSE(m.other->check({"joined/2"}));
+    EXPECT_TRUE(m.other->check({"joined", "joined/1"}));
+    EXPECT_EQ(m.other->get("joined"), "2");
+    m.other->set("joined", "10");
+    EXPECT_EQ(m.store->get("joined"), "10");
+    EXPECT_EQ(m.store->add("joined", 1), 11);
+    EXPECT_EQ(m.other->add("joined", 0), 11);
+    EXPECT_EQ(m.other->get("joined"), "11");
+    // A counter never written reads 0.
+    EXPECT_EQ(m.store->add("unwritten", 0), 0);
+}
+
 TEST_P(StoreContract, AddToSomethingElseSaysSo) {
     m.store->set("text", "hello");
     try {
@@ -248,6 +296,35 @@ TEST_P(StoreContract, WaitTimesOut) {
         } catch (const StoreError& error) {
             EXPECT_EQ(error.kind(), Kind::Timeout) << error.what();
         }
+    }
+}
+
+// wait_get: the values in order, more keys than etcd reads in one transaction, a
+// counter among them, one written while it waits, and a timeout.
+TEST_P(StoreContract, WaitGetReturnsEveryValueInOrder) {
+    std::vector<std::string> keys;
+    std::vector<std::string> expected;
+    for (int i = 0; i < 200; ++i) {
+        keys.push_back("record/" + std::to_string(i));
+        expected.push_back(std::string(static_cast<std::size_t>(i % 7), 'x') + std::to_string(i));
+        m.other->set(keys.back(), expected.back());
+    }
+    m.other->add("count", 3);
+    keys.push_back("count");
+    expected.push_back("3");
+    keys.push_back("late");
+    expected.push_back("late value");
+    std::thread writer([&] {
+        std::this_thread::sleep_for(50ms);
+        m.other->set("late", "late value");
+    });
+    EXPECT_EQ(m.store->wait_get(keys, 20s), expected);
+    writer.join();
+    try {
+        m.store->wait_get({"record/0", "never"}, 100ms);
+        FAIL() << "wait_get returned";
+    } catch (const StoreError& error) {
+        EXPECT_EQ(error.kind(), Kind::Timeout) << error.what();
     }
 }
 
