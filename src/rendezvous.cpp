@@ -98,11 +98,12 @@ void Rendezvous::report_waiting() {
     auto bound = std::chrono::duration_cast<std::chrono::seconds>(m_join.deadline - m_join.start);
     auto newline = waiting.find('\n');
     const std::string progress = fmt::format("{} s of {}", elapsed.count(), bound.count());
-    m_report_progress(
-        newline == std::string::npos
-            ? fmt::format("waiting for node 0, the store's host, to join ({})", progress)
-            : fmt::format("waiting for {} ({} of {} joined, {})", waiting.substr(newline + 1),
-                          waiting.substr(0, newline), nnodes, progress));
+    m_report_progress(newline == std::string::npos
+                          ? fmt::format("waiting for node 0{} to join ({})",
+                                        m_join.hosted ? ", the store's host," : "", progress)
+                          : fmt::format("waiting for {} ({} of {} joined, {})",
+                                        waiting.substr(newline + 1), waiting.substr(0, newline),
+                                        nnodes, progress));
 }
 
 std::string round_key(const std::string& run_id, int round, std::string_view name) {
@@ -116,7 +117,7 @@ std::string Rendezvous::key(int round, std::string_view name) const {
 std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, bool is_store_host,
                                                        milliseconds timeout, bool hosted) {
     const auto start = Clock::now();
-    m_join = {round, &me, start, start + timeout, start + m_progress_interval};
+    m_join = {round, &me, start, start + timeout, start + m_progress_interval, hosted};
     const int nnodes = me.fingerprint.nnodes;
     me.agent_id = m_agent_id;
     try {

@@ -119,6 +119,7 @@ class Rendezvous {
         int round = 0;
         const NodeInfo* me = nullptr;
         Clock::time_point start, deadline, next_report;
+        bool hosted = true;  // node 0 hosts the store (c10d)
     };
     // Waits for `keys` until the join's deadline (throws JoinTimedOut past it),
     // in slices of at most the progress interval, reporting after each; returns

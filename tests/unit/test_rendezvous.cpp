@@ -353,6 +353,17 @@ TEST(RendezvousJoin, WaitingForNodeZeroSaysSo) {
         << lines.front();
 }
 
+// On etcd nobody hosts the store: the line does not say so.
+TEST(RendezvousJoin, WaitingForNodeZeroOfAnUnhostedStoreSaysNoHost) {
+    auto store = make_memory_store(20s);
+    std::vector<std::string> lines;
+    Rendezvous rendezvous(*store, "job");
+    rendezvous.set_join_progress(50ms, [&](const std::string& line) { lines.push_back(line); });
+    EXPECT_FALSE(rendezvous.join(0, node(2, 1), false, 300ms, false));
+    ASSERT_FALSE(lines.empty());
+    EXPECT_TRUE(contains(lines.front(), "waiting for node 0 to join (0 s of 0)")) << lines.front();
+}
+
 TEST(RendezvousJoin, AbortStopsAgentsStillJoining) {
     auto store = make_memory_store(20s);
     std::thread aborter([connection = store->clone()] {
