@@ -60,7 +60,7 @@ std::optional<Error> Coordinator::arrive() {
             m_entered_lease = m_entry->lease();
             auto leader = m_entry->campaign("e/leader", std::to_string(m_agent));
             m_leader_revision = leader.revision;
-            follow_leader(static_cast<int>(to_integer(leader.value).value_or(-1)));
+            follow_leader(leader_of(leader));
             if (m_followed_leader == m_agent) lead(-1, {});
         } else if (m_options.store.is_server) {
             lead(-1, {});
@@ -69,6 +69,17 @@ std::optional<Error> Coordinator::arrive() {
     } catch (const StoreError& e) {
         return Error{e.what(), exit_code::kRendezvous};
     }
+}
+
+int Coordinator::leader_of(const EtcdLiveness::Held& held) const {
+    auto agent = to_integer(held.value);
+    if (!agent || *agent < 0 || *agent >= (1 << 30))
+        throw StoreError(
+            StoreError::Kind::Other,
+            fmt::format("malformed record under '{}': '{}' is not an agent id (another program "
+                        "writes under this job's keys?)",
+                        elastic_key(m_options.run_id, "leader"), held.value));
+    return static_cast<int>(*agent);
 }
 
 void Coordinator::follow_leader(int leader) {

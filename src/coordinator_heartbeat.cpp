@@ -274,25 +274,17 @@ void Coordinator::watch_leadership(EtcdLiveness& liveness, Store& store,
         for (const std::string& name : deleted) {
             auto agent = to_integer(std::string_view(name).substr(alive.size()));
             if (!agent || *agent == m_agent || *agent < 0 || *agent >= (1 << 30)) continue;
-            reporter.report_lost(
-                static_cast<int>(*agent),
-                fmt::format("stopped answering (its etcd lease of {} ms expired: killed, "
-                            "frozen or cut off)",
-                            m_options.heartbeat_timeout.count()));
+            reporter.report_lost(static_cast<int>(*agent),
+                                 lease_expired(m_options.heartbeat_timeout));
         }
         return;
     }
     // The leader's key is gone (its lease expired or was revoked): elect a successor,
     // the first agent to create the key again.
-    std::optional<long long> next;
-    EtcdLiveness::Held held;
-    while (!next && !m_closing) {
-        held = liveness.campaign("e/leader", std::to_string(m_agent));
-        next = to_integer(held.value);
-    }
-    if (!next) return;
+    const auto held = liveness.campaign("e/leader", std::to_string(m_agent));
+    const int next = leader_of(held);
     m_leader_revision = held.revision;
-    if (*next == m_agent) {
+    if (next == m_agent) {
         std::vector<int> agents;
         for (const std::string& name : liveness.present(alive))
             if (auto agent = to_integer(name)) agents.push_back(static_cast<int>(*agent));
@@ -300,7 +292,7 @@ void Coordinator::watch_leadership(EtcdLiveness& liveness, Store& store,
                      leader);
         asio::post(m_io, [this, leader, agents] { lead(leader, agents); });
     }
-    follow_leader(static_cast<int>(*next));
+    follow_leader(next);
 }
 
 }  // namespace ddprun

@@ -47,6 +47,13 @@ std::string elastic_key(const std::string& run_id, std::string_view name) {
     return fmt::format("ddprun/{}/e/{}", run_id, name);
 }
 
+std::string lease_expired(std::chrono::milliseconds ttl) {
+    return fmt::format(
+        "stopped answering (its etcd lease of {} ms expired: killed, frozen or cut "
+        "off)",
+        ttl.count());
+}
+
 std::string queue_key(const std::string& run_id, int leader, std::string_view name) {
     return leader < 0 ? elastic_key(run_id, name)
                       : elastic_key(run_id, fmt::format("L{}/{}", leader, name));
@@ -354,12 +361,7 @@ void ElasticLeader::Impl::take_over(Clock::time_point now) {
             planner.leave(agent, fmt::format("left ({})", store->get(left_key)) + suffix, now);
             return;
         }
-        planner.lost(
-            agent,
-            fmt::format(
-                "stopped answering (its etcd lease of {} ms expired: killed, frozen or cut off){}",
-                options.heartbeat_timeout.count(), suffix),
-            now);
+        planner.lost(agent, lease_expired(options.heartbeat_timeout) + suffix, now);
     };
     depart(options.lost_leader, "; it led the job");
     for (const auto& [agent, node] : state->members)

@@ -150,6 +150,7 @@ class Coordinator {
     // Elastic: the agent `leader` leads; this one starts leading (after `lost_leader`,
     // on etcd, with the agents alive then).
     void follow_leader(int leader);
+    int leader_of(const EtcdLiveness::Held& held) const;  // throws StoreError if malformed
     void lead(int lost_leader, std::vector<int> alive);
     // Elastic on etcd, the heartbeat thread until `deadline`: the leader's agent reports
     // the agents whose lease expired; the others elect a successor to a lost leader.

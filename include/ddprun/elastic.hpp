@@ -91,6 +91,9 @@ class ElasticMember {
 // store's host, whose queue is the job's).
 std::string queue_key(const std::string& run_id, int leader, std::string_view name);
 
+// How an agent lost through its etcd lease (TTL `ttl`) is described.
+std::string lease_expired(std::chrono::milliseconds ttl);
+
 // The leader: a thread over its own Store connection, from start() until the
 // job closes (ElasticMember::close from its agent) or it is destroyed.
 class ElasticLeader {

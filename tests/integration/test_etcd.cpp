@@ -273,6 +273,21 @@ TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
     }
 }
 
+// An elastic job's leader record (who leads) holding garbage: one line, no worker.
+TEST_F(EtcdTest, AStrayLeaderRecordOfAnElasticJobIsOneLine) {
+    ddprun::EtcdClient writer({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+    writer.call("/v3/kv/put", {{"key", ddprun::etcd_base64("/ddprun/" + m_run_id + "/e/leader")},
+                               {"value", ddprun::etcd_base64("garbage")}});
+    Job job = etcd_job();
+    job.min_nnodes = 1;
+    auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"exit", "0"}}});
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{k_rendezvous_exit})) << describe_all(r);
+    EXPECT_EQ(own_lines_with(r[0].err, {"malformed record under", "e/leader", "'garbage'"}).size(),
+              1u)
+        << describe_all(r);
+    EXPECT_TRUE(recorded_pids().empty()) << "no worker may start";
+}
+
 // A three-member etcd: its raft leader, which is also the member every agent talks
 // to (first in the list), is killed mid-job.
 TEST_F(EtcdTest, TheEtcdLeaderKilledMidJobTheJobGoesOn) {
