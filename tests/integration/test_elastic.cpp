@@ -153,6 +153,20 @@ class ElasticTest : public MultiNodeTest {
         return wait_nodes(agents);
     }
 
+    // Over etcd: until an agent leads the job (its key is in etcd). The first agent
+    // to arrive leads, and is node 0 of the first round: tests that need a known node 0
+    // start it first and wait for this.
+    bool wait_for_leader() const {
+        ddprun::EtcdClient client({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+        const std::string key = "/ddprun/" + m_run_id + "/e/leader";
+        return wait_until(
+            [&] {
+                auto answer = client.call("/v3/kv/range", {{"key", ddprun::etcd_base64(key)}});
+                return answer.contains("kvs");
+            },
+            20s);
+    }
+
     static inline std::unique_ptr<ddprun::EtcdCluster> s_etcd;
 };
 
@@ -168,18 +182,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, ElasticBackendTest, ::testing::Values("c10d",
 class ElasticEtcdTest : public ElasticTest {
   protected:
     bool etcd() const override { return true; }
-
-    // Until an agent leads the job (its key is in etcd).
-    bool wait_for_leader() const {
-        ddprun::EtcdClient client({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
-        const std::string key = "/ddprun/" + m_run_id + "/e/leader";
-        return wait_until(
-            [&] {
-                auto answer = client.call("/v3/kv/range", {{"key", ddprun::etcd_base64(key)}});
-                return answer.contains("kvs");
-            },
-            20s);
-    }
 };
 
 // --- forming rounds -------------------------------------------------------------
@@ -530,6 +532,10 @@ TEST_P(ElasticBackendTest, PytorchTrainingGoesOnAcrossAScaleUpAndAScaleDown) {
     };
     std::vector<std::unique_ptr<DdprunProcess>> agents;
     agents.push_back(start_node(job, node_at(1)));
+    // Node 0 (rank 0 prints the progress) must be the agent at 127.0.0.1.
+    if (etcd()) {
+        ASSERT_TRUE(wait_for_leader()) << stderr_of(agents);
+    }
     agents.push_back(start_node(job, node_at(2)));
     ASSERT_TRUE(agents[0]->wait_for_output("world 2", 60s)) << stderr_of(agents);
     agents.push_back(start_node(job, node_at(3)));
