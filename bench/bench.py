@@ -1581,7 +1581,8 @@ def bench_rendezvous_simulated(args, c10d):
         verdicts.append(f"{store}: " + "; ".join(skipped))
 
     print_table(
-        "(i) rendezvous code alone: N agents as threads of one process, each with its own connection to a "
+        "(i) rendezvous code alone: N agents as threads of one process (over etcd, past its descriptor "
+        "limit, of several released at once), each with its own connection to a "
         "real store (bench/rendezvous_scale): a TCPStore hosted by agent 0, or an etcd on loopback that "
         "every agent reaches through its JSON gateway. ms to open the N connections (one after another), ms "
         "from releasing all N joins at once to the last one done; store operations of one join",
