@@ -15,10 +15,14 @@
 // one machine, because each one loads libtorch; threads can. bench.py runs
 // this program and prints the table (bench/README.md).
 //
-//     rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd] [--limit=SECONDS]
+//     rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd] [--limit=SECONDS] [--processes=K]
 //
+// Over etcd, agents that one process cannot hold (about 8 descriptors each)
+// run in K forked processes, as few as the hard RLIMIT_NOFILE allows unless
+// --processes says (agent_processes.hpp); then cpu_ms is the children's.
 // One line per run on stdout:
 //     agents=N connect_ms=X join_ms=Y ops_max=A ops_node0=B bytes_max=C bytes_node0=D cpu_ms=U
+//     processes=K
 // and over etcd, per agent (all agents' total over N, node 0 included), then
 // the CPU time the etcd process used during the join:
 //     ... requests=R range=G txn=T put=P watch=W grpc_bytes=Z etcd_cpu_ms=E
@@ -39,15 +43,17 @@
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <expected>
 #include <fstream>
+#include <functional>
 #include <iterator>
-#include <latch>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -56,17 +62,24 @@
 
 #include <fmt/format.h>
 
+#include "agent_processes.hpp"
 #include "ddprun/etcd_store.hpp"
 #include "ddprun/rendezvous.hpp"
 #include "ddprun/store.hpp"
+#include "simulated_agents.hpp"
 #include "support/etcd_server.hpp"
-#include "support/memory_store.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
-using ddprun::CountingStore;
 using ddprun::Store;
+using ddprun::bench::AgentOutcome;
+using ddprun::bench::AgentProcesses;
+using ddprun::bench::ChildPids;
+using ddprun::bench::GroupOutcome;
+using ddprun::bench::ProcessesOutcome;
+using ddprun::bench::run_agents;
+using Clock = std::chrono::steady_clock;
 
 // Generous: thousands of threads on 2 loaded cores must not time out.
 constexpr auto k_timeout = 300s;
@@ -88,39 +101,6 @@ int free_port() {
         port = ntohs(addr.sin_port);
     ::close(fd);
     return port;
-}
-
-// Agent i of an N-node job without --node_rank, as the agents of a real job
-// describe themselves. Over the TCPStore agent 0 hosts the store and becomes
-// node 0; over etcd the first agent to arrive does.
-ddprun::NodeInfo agent_info(int agents, int i) {
-    ddprun::NodeInfo info;
-    info.node_rank = -1;
-    info.host = fmt::format("host{}", i);
-    info.addr = fmt::format("10.{}.{}.{}", i >> 16 & 255, i >> 8 & 255, i & 255);
-    info.nproc = 8;
-    info.master_port = i == 0 ? 29500 : 0;
-    info.pid = 1000 + i;
-    info.fingerprint = ddprun::Fingerprint{agents, "./train --lr 0.1", 0, "bench", "0.1.0"};
-    return info;
-}
-
-struct AgentResult {
-    std::expected<ddprun::RoundMembership, ddprun::Error> joined =
-        std::unexpected(ddprun::rendezvous_error("never ran"));
-    int ops = 0;
-    std::size_t bytes = 0;
-};
-
-// CPU time (user + system) used by this process, and by the etcd process, in
-// ms: where a join's time goes on a machine whose cores both of them share.
-double own_cpu_ms() {
-    rusage usage{};
-    ::getrusage(RUSAGE_SELF, &usage);
-    auto ms = [](const timeval& t) {
-        return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3;
-    };
-    return ms(usage.ru_utime) + ms(usage.ru_stime);
 }
 
 double process_cpu_ms(pid_t pid) {
@@ -211,81 +191,78 @@ Connections open_tcp(int agents) {
     return connections;
 }
 
-Connections open_etcd(int agents, const std::string& endpoint_host, int port, int run) {
+std::vector<std::unique_ptr<Store>> open_etcd(int count, int port, int run) {
     ddprun::EtcdStoreOptions options;
-    options.client.endpoints = {{endpoint_host, port}};
+    options.client.endpoints = {{"127.0.0.1", port}};
     options.client.timeout = k_timeout;
     // Each run's keys apart from the others', as each job's are.
     options.prefix = fmt::format("/bench/run{}/", run);
-    Connections connections;
-    for (int i = 0; i < agents; ++i) connections.stores.push_back(ddprun::open_etcd_store(options));
-    return connections;
+    std::vector<std::unique_ptr<Store>> stores;
+    for (int i = 0; i < count; ++i) stores.push_back(ddprun::open_etcd_store(options));
+    return stores;
 }
 
-// One join of `agents` agents; returns false (having said why) if any failed.
-bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int run) {
-    const auto connect_start = std::chrono::steady_clock::now();
-    Connections connections = backend == Backend::Tcp
-                                  ? open_tcp(agents)
-                                  : open_etcd(agents, "127.0.0.1", etcd->client_ports().at(0), run);
-    const auto connect_end = std::chrono::steady_clock::now();
+// What one run measured, whether its agents ran in this process or in several.
+struct RunFigures {
+    Clock::time_point connect_start, connect_end, join_start, join_end;
+    std::vector<AgentOutcome> agents;  // agent i's at index i
+    double cpu_ms = 0;                 // the agents' process(es)
+};
+
+// One join of `agents` agents, as threads of this process (`processes` 1) or
+// spread over that many children; returns false (having said why) if any failed.
+bool run_once(int agents, int processes, Backend backend, const ddprun::EtcdCluster* etcd, int run,
+              ChildPids& pids) {
     EtcdCounters before;
     double etcd_cpu_before = 0;
-    if (backend == Backend::Etcd) {
+    auto read_before = [&] {
+        if (backend != Backend::Etcd) return;
         before = read_etcd_counters(etcd->client_ports().at(0));
         etcd_cpu_before = process_cpu_ms(etcd->pid(0));
+    };
+    RunFigures figures;
+    if (processes == 1) {
+        figures.connect_start = Clock::now();
+        Connections connections;
+        if (backend == Backend::Tcp)
+            connections = open_tcp(agents);
+        else
+            connections.stores = open_etcd(agents, etcd->client_ports().at(0), run);
+        figures.connect_end = Clock::now();
+        read_before();
+        GroupOutcome group = run_agents(
+            std::span(connections.stores).first(static_cast<std::size_t>(agents)), 0, agents,
+            connections.agent0_hosts, k_timeout, [&] { figures.join_start = Clock::now(); });
+        figures.join_end = group.join_end;
+        figures.agents = std::move(group.agents);
+        figures.cpu_ms = group.cpu_ms;
+    } else {
+        const int port = etcd->client_ports().at(0);
+        AgentProcesses children(
+            agents, processes, [port, run](int, int count) { return open_etcd(count, port, run); },
+            k_timeout, pids);
+        figures.connect_start = children.connect_start();
+        figures.connect_end = children.connect_end();
+        read_before();
+        ProcessesOutcome outcome = children.release();
+        figures.join_start = outcome.join_start;
+        figures.join_end = outcome.join_end;
+        figures.agents = std::move(outcome.agents);
+        figures.cpu_ms = outcome.cpu_ms;
     }
-    const double cpu_before = own_cpu_ms();
-
-    // Every thread exists before the clock starts, and all are released at
-    // once, as agents of a real job arrive together: the time is the
-    // protocol's and the store's, not thread creation's.
-    std::vector<AgentResult> results(static_cast<std::size_t>(agents));
-    std::latch ready(agents + 1);
-    std::latch go(1);
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(agents));
-    for (int i = 0; i < agents; ++i) {
-        threads.emplace_back([&, i] {
-            auto index = static_cast<std::size_t>(i);
-            CountingStore counting(std::move(connections.stores[index]));
-            ddprun::Rendezvous rendezvous(counting, "bench");
-            // No "waiting for ..." lines: an agent's, every 30 s, cost store reads
-            // of their own (node 0 publishes who is missing, the others read it),
-            // which would count as the join's in a run that takes longer.
-            rendezvous.set_join_progress(k_timeout, [](const std::string&) {});
-            ready.count_down();
-            go.wait();
-            try {
-                const bool hosts = connections.agent0_hosts && i == 0;
-                results[index].joined = rendezvous.join(0, agent_info(agents, i), hosts, k_timeout,
-                                                        connections.agent0_hosts);
-            } catch (const std::exception& e) {  // a StoreError must not end the process
-                results[index].joined = std::unexpected(ddprun::rendezvous_error(e.what()));
-            }
-            results[index].ops = counting.ops();
-            results[index].bytes = counting.bytes();
-        });
-    }
-    ready.arrive_and_wait();
-    const auto join_start = std::chrono::steady_clock::now();
-    go.count_down();
-    for (auto& thread : threads) thread.join();
-    const auto join_end = std::chrono::steady_clock::now();
-    const double cpu_ms = own_cpu_ms() - cpu_before;
 
     int ops_max = 0;
     int ops_node0 = -1;
     std::size_t bytes_max = 0;
     std::size_t bytes_node0 = 0;
     for (int i = 0; i < agents; ++i) {
-        const auto& result = results[static_cast<std::size_t>(i)];
+        const auto& result = figures.agents[static_cast<std::size_t>(i)];
         if (!result.joined) {
             std::fprintf(stderr, "rendezvous_scale: agent %d of %d did not join: %s\n", i, agents,
-                         result.joined.error().message.c_str());
+                         result.error.c_str());
             return false;
         }
-        if (result.joined->node_rank == 0) {
+        if (result.node_rank == 0) {
             ops_node0 = result.ops;
             bytes_node0 = result.bytes;
         } else {
@@ -295,9 +272,10 @@ bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int 
     }
     std::string line = fmt::format(
         "agents={} connect_ms={:.1f} join_ms={:.1f} ops_max={} ops_node0={} "
-        "bytes_max={} bytes_node0={} cpu_ms={:.0f}",
-        agents, ms_between(connect_start, connect_end), ms_between(join_start, join_end), ops_max,
-        ops_node0, bytes_max, bytes_node0, cpu_ms);
+        "bytes_max={} bytes_node0={} cpu_ms={:.0f} processes={}",
+        agents, ms_between(figures.connect_start, figures.connect_end),
+        ms_between(figures.join_start, figures.join_end), ops_max, ops_node0, bytes_max,
+        bytes_node0, figures.cpu_ms, processes);
     if (backend == Backend::Etcd) {
         const double etcd_cpu_ms = process_cpu_ms(etcd->pid(0)) - etcd_cpu_before;
         EtcdCounters after = read_etcd_counters(etcd->client_ports().at(0));
@@ -318,10 +296,47 @@ bool run_once(int agents, Backend backend, const ddprun::EtcdCluster* etcd, int 
     return true;
 }
 
+// --limit: after `seconds` (none if 0), runs `give_up`, which must end the
+// process, unless the program is done by then. The main thread, done or
+// failing (killed children make a run fail), waits here for a give-up in
+// progress instead of destroying what it is using.
+class GiveUp {
+  public:
+    GiveUp(int seconds, std::function<void()> give_up) {
+        if (seconds <= 0) return;
+        m_thread = std::thread([this, seconds, give_up = std::move(give_up)] {
+            std::unique_lock lock(m_mutex);
+            if (m_cv.wait_for(lock, std::chrono::seconds(seconds), [this] { return m_done; }))
+                return;
+            m_giving_up = true;
+            lock.unlock();
+            give_up();
+        });
+    }
+    ~GiveUp() {
+        {
+            std::unique_lock lock(m_mutex);
+            while (m_giving_up) m_cv.wait(lock);  // until give_up ends the process
+            m_done = true;
+        }
+        m_cv.notify_all();
+        if (m_thread.joinable()) m_thread.join();
+    }
+    GiveUp(const GiveUp&) = delete;
+    GiveUp& operator=(const GiveUp&) = delete;
+
+  private:
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    bool m_done = false;
+    bool m_giving_up = false;
+    std::thread m_thread;
+};
+
 int usage() {
     std::fprintf(stderr,
-                 "usage: rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd] [--limit=SECONDS]"
-                 "  (AGENTS >= 2)\n");
+                 "usage: rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd] [--limit=SECONDS] "
+                 "[--processes=K]  (AGENTS >= 2; K: etcd only, at most AGENTS)\n");
     return 2;
 }
 
@@ -331,6 +346,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> numbers;
     Backend backend = Backend::Tcp;
     int limit_s = 0;
+    int processes = 0;  // 0: as few as the descriptor limit allows
     for (int i = 1; i < argc; ++i) {
         std::string_view arg = argv[i];
         if (arg == "--backend=tcp" || arg == "--backend=c10d") {
@@ -340,6 +356,9 @@ int main(int argc, char** argv) {
         } else if (arg.starts_with("--limit=")) {
             limit_s = std::atoi(argv[i] + std::strlen("--limit="));
             if (limit_s <= 0) return usage();
+        } else if (arg.starts_with("--processes=")) {
+            processes = std::atoi(argv[i] + std::strlen("--processes="));
+            if (processes <= 0) return usage();
         } else if (arg.starts_with("-")) {
             return usage();
         } else {
@@ -349,11 +368,14 @@ int main(int argc, char** argv) {
     if (numbers.empty() || numbers.size() > 2) return usage();
     const int agents = std::atoi(numbers[0].c_str());
     const int runs = numbers.size() == 2 ? std::atoi(numbers[1].c_str()) : 1;
-    if (agents < 2 || runs < 1) return usage();
+    if (agents < 2 || runs < 1 || processes > agents) return usage();
+    // The TCPStore is hosted in agent 0's process, and its plugin is libtorch,
+    // whose threads make fork unsafe: its agents stay in one process.
+    if (backend == Backend::Tcp && processes > 1) return usage();
 
-    // Both ends of every connection live in this process, or in it and the
-    // etcd it starts (which inherits the limit): N agents need a few
-    // descriptors each, and a waiting etcd agent one more for its watch.
+    // Both ends of every connection live in this process (or its children), or
+    // in it and the etcd it starts (which inherits the limit): N agents need a
+    // few descriptors each, and a waiting etcd agent one more for its watch.
     rlimit limit{RLIM_INFINITY, RLIM_INFINITY};
     if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
         limit.rlim_cur = limit.rlim_max;
@@ -361,15 +383,28 @@ int main(int argc, char** argv) {
     }
     // Over etcd an agent holds about 8 (measured): each connection has its own
     // io_context (a socket, an epoll, an eventfd and a timerfd), and a waiting
-    // agent has two, the second for its watch. Past the limit a join would fail
-    // midway with "Too many open files"; better to say so now.
+    // agent has two, the second for its watch. Agents that one process cannot
+    // hold are spread over forked processes, as few as the limit allows (4096
+    // here need 2 under a hard limit of 20,000); past the limit a join would
+    // fail midway with "Too many open files": better to say so now.
     constexpr rlim_t k_etcd_fds_per_agent = 8;
-    const rlim_t etcd_fds = static_cast<rlim_t>(agents) * k_etcd_fds_per_agent + 64;
+    constexpr rlim_t k_spare_fds = 64;
+    if (backend == Backend::Etcd && processes == 0 && limit.rlim_cur != RLIM_INFINITY) {
+        const rlim_t per_process = limit.rlim_cur > k_spare_fds
+                                       ? (limit.rlim_cur - k_spare_fds) / k_etcd_fds_per_agent
+                                       : 1;
+        const rlim_t needed = (static_cast<rlim_t>(agents) + per_process - 1) / per_process;
+        processes = static_cast<int>(std::min<rlim_t>(needed, static_cast<rlim_t>(agents)));
+    }
+    if (processes == 0) processes = 1;
+    const int largest = (agents + processes - 1) / processes;
+    const rlim_t etcd_fds = static_cast<rlim_t>(largest) * k_etcd_fds_per_agent + k_spare_fds;
     if (backend == Backend::Etcd && etcd_fds > limit.rlim_cur) {
         std::fprintf(stderr,
-                     "rendezvous_scale: %d agents over etcd need about %llu descriptors (%llu "
-                     "each), more than this process may open (%llu, the hard limit)\n",
-                     agents, static_cast<unsigned long long>(etcd_fds),
+                     "rendezvous_scale: %d agents in one process over etcd need about %llu "
+                     "descriptors (%llu each), more than a process may open (%llu, the hard "
+                     "limit); use more --processes\n",
+                     largest, static_cast<unsigned long long>(etcd_fds),
                      static_cast<unsigned long long>(k_etcd_fds_per_agent),
                      static_cast<unsigned long long>(limit.rlim_cur));
         return 1;
@@ -391,21 +426,20 @@ int main(int argc, char** argv) {
             return ::access("/usr/bin/etcd", X_OK) == 0 ? 1 : 3;
         }
     }
-    if (limit_s > 0) {
-        // A timer, not a wait for something: the joins may never end.
-        std::thread([limit_s, &etcd] {
-            std::this_thread::sleep_for(std::chrono::seconds(limit_s));
-            std::fprintf(stderr, "rendezvous_scale: gave up after %d s (--limit)\n", limit_s);
-            // No agent uses the cluster object, and the main thread only before and
-            // after a join, which is where a run past its limit is not: it can go (its
-            // etcd stopped by pid, its data dir removed).
-            etcd.reset();
-            std::_Exit(1);
-        }).detach();
-    }
+    ChildPids children;  // of a run whose agents are spread over processes
+    // No agent uses the cluster object, and the main thread only before and after
+    // a join, which is where a run past its limit is not: it can go (its etcd
+    // stopped by pid, its data dir removed), after the children (their
+    // PR_SET_PDEATHSIG would also end them when this process ends).
+    GiveUp give_up(limit_s, [limit_s, &etcd, &children] {
+        std::fprintf(stderr, "rendezvous_scale: gave up after %d s (--limit)\n", limit_s);
+        children.kill_all();
+        etcd.reset();
+        std::_Exit(1);
+    });
     try {
         for (int run = 0; run < runs; ++run) {
-            if (!run_once(agents, backend, etcd.get(), run)) return 1;
+            if (!run_once(agents, processes, backend, etcd.get(), run, children)) return 1;
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "rendezvous_scale: %s\n", e.what());

@@ -9,7 +9,7 @@
 # the same workers by hand, how the rendezvous scales with N real agents
 # and with N simulated ones, and how fast an elastic job (--nnodes=MIN:MAX)
 # runs again after a node joins, dies, hangs or leaves. See bench/README.md for
-# what each row means. Bounded to 15 minutes; about 7-10 on 2 cores.
+# what each row means. Bounded to 15 minutes; about 8-11 on 2 cores.
 #
 #   bash bench/run.sh                      # uses build/, builds what is missing
 #   DDPRUN=/path/to/ddprun bash bench/run.sh --reps 50 --nproc 16
