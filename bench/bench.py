@@ -1643,7 +1643,10 @@ ELASTIC_EVENTS = [
     ("SIGKILL", "kill", 3, 2),
     ("SIGSTOP", "hang", 3, 2),
     ("SIGTERM", "leave", 3, 2),
+    # Over etcd only: node 0 (MASTER_ADDR's host, and most often the leader) is lost.
+    ("SIGKILL node 0", "kill0", 3, 2),
 ]
+ELASTIC_ETCD_ONLY = {"kill0"}
 
 
 class ElasticUnsupported(Exception):
@@ -1846,7 +1849,14 @@ def elastic_run(job, event, agents_before, world_after, is_ddprun):
     time.sleep(ELASTIC_SETTLE_S)
     job.check_running(range(agents_before), "while the first round ran")
 
-    leaving = agents_before - 1  # the last agent: never node 0, which hosts the store
+    leaving = agents_before - 1  # the last agent: never node 0, which hosts the store (c10d)
+    if event == "kill0":
+        # The agent whose worker runs rank 0: the workers stay in their agent's session.
+        rank0 = next(pid for r, _, rank, pid, _ in elastic_stamps(stamps_dir) if r == initial_round and rank == 0)
+        with open(f"/proc/{rank0}/stat") as stat:
+            session = int(stat.read().rsplit(")", 1)[1].split()[3])
+        leaving = next(index for index, proc in enumerate(job.procs) if proc.pid == session)
+        event = "kill"
     if event == "join":
         at = job.start(agents_before)
         survivors = range(agents_before + 1)
@@ -1880,26 +1890,31 @@ def elastic_run(job, event, agents_before, world_after, is_ddprun):
     return formed, [when - at for when in starts], code
 
 
-def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
+def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun, etcd=None):
     """(j): elastic membership: an agent joins; a node dies (SIGKILL) or
-    hangs (SIGSTOP); an agent leaves on SIGTERM."""
+    hangs (SIGSTOP); an agent leaves on SIGTERM; over etcd, node 0 dies."""
     env = ddprun_env()
     nnodes = f"--nnodes={ELASTIC_MIN_NODES}:{ELASTIC_MAX_NODES}"
     runs = [0]  # a fresh rendezvous id per job
 
-    def ddprun_job(directory):
+    def ddprun_job(directory, over_etcd=False):
         port, run_id = free_port(), f"bench-elastic-{runs[0]}"
 
         def argv(index):
             conf = (
-                f"is_host={int(index == 0)},last_call_timeout={ELASTIC_LAST_CALL_S},"
+                f"last_call_timeout={ELASTIC_LAST_CALL_S},"
                 f"heartbeat_timeout={ELASTIC_HEARTBEAT_S},join_timeout={ELASTIC_JOIN_TIMEOUT_S}"
             )
+            if over_etcd:
+                endpoint = ["--rdzv_backend=etcd", f"--rdzv_endpoint={etcd.endpoint}"]
+            else:
+                conf = f"is_host={int(index == 0)}," + conf
+                endpoint = [f"--rdzv_endpoint=127.0.0.1:{port}"]
             return [
                 args.ddprun,
                 nnodes,
                 "--nproc_per_node=1",
-                f"--rdzv_endpoint=127.0.0.1:{port}",
+                *endpoint,
                 f"--rdzv_id={run_id}",
                 f"--local_addr=127.0.0.{index + 1}",
                 f"--rdzv_conf={conf}",
@@ -1942,6 +1957,8 @@ def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
     launchers = {}
     if with_ddprun:
         launchers["ddprun"] = ddprun_job
+    if etcd is not None and etcd.available:
+        launchers["ddprun, etcd"] = lambda directory: ddprun_job(directory, over_etcd=True)
     if use_torchrun:
         launchers["torchrun (c10d, --monitor_interval=0.1)"] = torchrun_job
     if not launchers:
@@ -1963,13 +1980,16 @@ def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
             shutil.rmtree(directory)
             for launcher, make_job in launchers.items():
                 key = (name, launcher)
+                if event in ELASTIC_ETCD_ONLY and launcher != "ddprun, etcd":
+                    continue  # over c10d, losing node 0 (the store's host) ends the job
                 if key in never or key in failed or (launcher == "ddprun" and unsupported is not None):
                     continue  # once is enough to learn that it never re-forms, or fails
                 directory = tempfile.mkdtemp(prefix="elastic-", dir=scratch)
                 runs[0] += 1
                 job = ElasticJob(make_job(directory), helper, directory, env)
                 try:
-                    took, starts, code = elastic_run(job, event, before, after, launcher == "ddprun")
+                    is_ddprun = launcher.startswith("ddprun")
+                    took, starts, code = elastic_run(job, event, before, after, is_ddprun)
                 except ElasticUnsupported as error:
                     unsupported = str(error)
                     continue
@@ -1991,13 +2011,15 @@ def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
     rows = []
     for name, event, before, after in ELASTIC_EVENTS:
         hand = by_hand[name]
-        heartbeat = ELASTIC_HEARTBEAT_S if event in ("kill", "hang") else 0
+        heartbeat = ELASTIC_HEARTBEAT_S if event in ("kill", "hang", "kill0") else 0
         goal = statistics.median(hand) + ELASTIC_BUDGET_S + heartbeat
         hand_cells = median_cells(hand, digits=1)
         rows.append([name, "by hand (limit)", str(len(hand)), "-"] + hand_cells + ["-", "-"])
         for launcher in launchers:
+            if event in ELASTIC_ETCD_ONLY and launcher != "ddprun, etcd":
+                continue
             key = (name, launcher)
-            is_ddprun = launcher == "ddprun"
+            is_ddprun = launcher.startswith("ddprun")
             goal_cell = f"{goal * 1e3:.0f}" if is_ddprun else "-"
             if is_ddprun and unsupported is not None:
                 rows.append(["", launcher, "0", "-", "unsupported", "-", "-", goal_cell, "-"])
@@ -2021,13 +2043,15 @@ def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
                 )
     print_table(
         f"(j) elastic membership, {nnodes}, 1 worker per agent; agents on this machine "
-        f"(127.0.0.1-3, node 0 hosts the store) stand for nodes. ms from the event to the first and the "
+        f"(127.0.0.1-3; over c10d node 0 hosts the store, over etcd any agent may lead) stand for nodes. "
+        f"ms from the event to the first and the "
         f"last worker of the new round running (each stamps the start of its main). scale-up: a third "
         f"agent starts while 2 run (from just before its launch); SIGKILL: a non-host agent's whole node "
         f"(its session: SIGSTOP, then SIGKILL) dies while 3 run, and the kernel closes its sockets; "
         f"SIGSTOP: the same node hangs instead (its session stopped, its sockets open: only heartbeats "
         f"tell); SIGTERM: a non-host agent is told to stop while 3 run (its workers exit at once on "
-        f"SIGTERM, so no grace is used). By hand: the helper fork+execs the new round's workers itself. "
+        f"SIGTERM, so no grace is used); SIGKILL node 0 (etcd only): the node whose worker is rank 0 "
+        f"dies as above; the survivors elect a leader if it led, and MASTER_ADDR moves. By hand: the helper fork+execs the new round's workers itself. "
         f"ddprun's goal: {ELASTIC_BUDGET_S * 1e3:.0f} ms over by hand, plus heartbeat_timeout "
         f"({ELASTIC_HEARTBEAT_S} s) after a SIGKILL or SIGSTOP",
         ["event", "launcher", "runs", "first ms", "last ms (median)", "min", "max", "goal ms", "goal"],
@@ -2040,12 +2064,14 @@ def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
             f"ddprun: --rdzv_conf=is_host=0|1,{conf},heartbeat_timeout={ELASTIC_HEARTBEAT_S},"
             f"join_timeout={ELASTIC_JOIN_TIMEOUT_S} --shutdown_timeout={ELASTIC_SHUTDOWN_TIMEOUT_S}"
         )
+    if "ddprun, etcd" in launchers:
+        settings.append(f"ddprun, etcd: the same without is_host, --rdzv_backend=etcd")
     if use_torchrun:
         settings.append(f"torchrun: --rdzv_conf=is_host=0|1,{conf},join_timeout={ELASTIC_JOIN_TIMEOUT_S}")
     print("    " + "; ".join(settings))
     for launcher in launchers:
         key = ("scale-up", launcher)
-        short = launcher.split()[0]
+        short = launcher.split(" (")[0]
         if key in formed:
             print(
                 f"    {short}: the first round of {ELASTIC_MIN_NODES} agents (MIN) ran "
@@ -2055,7 +2081,7 @@ def bench_elastic(args, use_torchrun, helper, scratch, with_ddprun):
         key = ("SIGTERM", launcher)
         if key in codes:
             shown = ",".join(str(code) for code in sorted(codes[key]))
-            expected = " (143 expected)" if launcher == "ddprun" else ""
+            expected = " (143 expected)" if launcher.startswith("ddprun") else ""
             print(f"    {short}: the agent sent SIGTERM exited {shown}{expected}")
     if unsupported is not None:
         print(f"    ddprun does not support --nnodes=MIN:MAX (this build): {unsupported}")
@@ -2091,9 +2117,10 @@ def bench_multinode(args, use_torchrun, scratch):
     helper = compile_helper(scratch)
     if helper is None:
         print("\n(d), (g), (h), (j) skipped: no C compiler (cc) for the workers that record times")
-    # One etcd for the etcd rows of (d)-(f), as a cluster would run one for many jobs; (i)'s
-    # program starts its own.
-    etcd = EtcdServer(scratch) if multinode and wanted & {"failure", "jobs", "node-memory"} else None
+    # One etcd for the etcd rows of (d)-(f) and (j), as a cluster would run one for many jobs;
+    # (i)'s program starts its own.
+    etcd_sections = {"failure", "jobs", "node-memory", "elastic"}
+    etcd = EtcdServer(scratch) if multinode and wanted & etcd_sections else None
     try:
         variants = ddprun_variants(have_plugin, etcd)
         if multinode and "failure" in wanted and helper is not None:
@@ -2102,18 +2129,18 @@ def bench_multinode(args, use_torchrun, scratch):
             bench_jobs(args, use_torchrun, torch_version() != "?", variants)
         if multinode and "node-memory" in wanted:
             bench_node_memory(args, use_torchrun, helper, scratch, variants)
+        if "restart" in wanted and helper is not None:
+            bench_restart(args, use_torchrun, helper, scratch, two_agents=have_plugin)
+        if have_plugin and "rdzv-agents" in wanted and helper is not None:
+            bench_rendezvous_agents(args, helper, scratch)
+        if multinode and "rdzv-sim" in wanted:
+            bench_rendezvous_simulated(args, c10d=have_plugin)
+        if "elastic" in wanted and helper is not None:
+            # torchrun's rows need no plugin; ddprun's c10d rows do, its etcd rows do not.
+            bench_elastic(args, use_torchrun, helper, scratch, with_ddprun=have_plugin, etcd=etcd)
     finally:
         if etcd is not None:
             etcd.stop()
-    if "restart" in wanted and helper is not None:
-        bench_restart(args, use_torchrun, helper, scratch, two_agents=have_plugin)
-    if have_plugin and "rdzv-agents" in wanted and helper is not None:
-        bench_rendezvous_agents(args, helper, scratch)
-    if multinode and "rdzv-sim" in wanted:
-        bench_rendezvous_simulated(args, c10d=have_plugin)
-    if "elastic" in wanted and helper is not None:
-        # torchrun's rows need no plugin; ddprun's do.
-        bench_elastic(args, use_torchrun, helper, scratch, with_ddprun=have_plugin)
 
 
 def torch_version():
