@@ -145,7 +145,16 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
 
         const std::string claim_key = key(round, fmt::format("claim/{}", me.node_rank));
         const std::string claim = detail::claim_json(m_agent_id, me.host, me.pid);
-        std::string holder = m_store.compare_set(claim_key, "", claim);
+        // The claim, this node's record (and node 0's under "zero", which an abort sets
+        // empty: the others must not wait for a node 0 that will never join) and its
+        // add to "joined", in one request where the store can (etcd: docs/scale.md).
+        std::vector<std::pair<std::string, std::string>> records{
+            {key(round, fmt::format("info/{}", me.node_rank)), to_json(me)}};
+        if (me.node_rank == 0) records.emplace_back(key(round, "zero"), records.front().second);
+        // The others read "zero" in the same request, when the store can.
+        const Store::Claim claimed = m_store.claim(claim_key, claim, records, key(round, "joined"),
+                                                   me.node_rank == 0 ? "" : key(round, "zero"));
+        const std::string& holder = claimed.holder;
         if (holder != claim) {
             std::string message = fmt::format(
                 "rendezvous: node rank {} is claimed by two agents, {} and {}: give each node "
@@ -159,21 +168,16 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
             return read_result(round, me);
         }
 
-        m_store.set(key(round, fmt::format("info/{}", me.node_rank)), to_json(me));
-        // The others read node 0's record under "zero", which an abort sets empty: they
-        // must not wait for a node 0 that will never join.
-        if (me.node_rank == 0) m_store.set(key(round, "zero"), to_json(me));
         // Node 0 waits for "joined/<its nnodes>": it learns that enough agents
         // joined even when they disagree on how many are enough.
-        std::int64_t joined = m_store.add(key(round, "joined"), 1);
-        m_store.set(key(round, fmt::format("joined/{}", joined)),
+        m_store.set(key(round, fmt::format("joined/{}", claimed.count)),
                     detail::joined_json(me.node_rank, nnodes));
         if (me.node_rank == 0) {
             if (auto error = collect(round, me)) {
                 abort_join(round, error->message, error->exit_code, nnodes);
             }
         } else {
-            check_node_zero(round, me);
+            check_node_zero(round, me, claimed.peeked);
         }
         const std::string result_key = key(round, "result");
         return parse_round_result(wait_joining({result_key}).front(), result_key, m_run_id, round,
@@ -243,9 +247,10 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
 
 // Node 0 waits for as many agents as it expects: if this agent expects a
 // different number, one of the two would wait forever. Node 0 checks the rest.
-void Rendezvous::check_node_zero(int round, const NodeInfo& me) {
+void Rendezvous::check_node_zero(int round, const NodeInfo& me,
+                                 const std::optional<std::string>& peeked) {
     const std::string zero_key = key(round, "zero");
-    std::string record = wait_joining({zero_key}).front();
+    std::string record = peeked ? *peeked : wait_joining({zero_key}).front();
     if (record.empty()) return;  // aborted, maybe before node 0 joined
     auto zero = parse_node_info(record);
     if (!zero) {

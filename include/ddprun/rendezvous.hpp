@@ -128,7 +128,8 @@ class Rendezvous {
     void report_waiting();
 
     std::optional<Error> collect(int round, const NodeInfo& me);
-    void check_node_zero(int round, const NodeInfo& me);
+    // `peeked`: node 0's record as the claim read it, if it was there already.
+    void check_node_zero(int round, const NodeInfo& me, const std::optional<std::string>& peeked);
     std::string abort_join(int round, const std::string& message, int exit_code, int nnodes);
     std::expected<RoundMembership, Error> read_result(int round, const NodeInfo& me);
     std::expected<RoundMembership, Error> join_timed_out(int round, const NodeInfo& me,

@@ -71,6 +71,22 @@ class CountingStore final : public Store {
             m_bytes += 2 * keys[i].size() + values[i].size();
         return values;
     }
+    // Counted as the calls it stands for (a compare_set, a set per record, an add),
+    // as wait_get is, and passed on whole so that etcd makes it one transaction.
+    Claim claim(const std::string& key, const std::string& value,
+                const std::vector<std::pair<std::string, std::string>>& records,
+                const std::string& counter, const std::string& peek) override {
+        Claim claimed = m_inner->claim(key, value, records, counter, peek);
+        ++m_ops;
+        m_bytes += key.size() + value.size() + claimed.holder.size();
+        if (claimed.holder != value) return claimed;
+        m_ops += 1 + static_cast<int>(records.size());
+        m_bytes += counter.size() + sizeof claimed.count * 2;
+        for (const auto& [record_key, record] : records)
+            m_bytes += record_key.size() + record.size();
+        if (claimed.peeked) m_bytes += peek.size() + claimed.peeked->size();
+        return claimed;
+    }
     std::unique_ptr<Store> clone() override {
         return std::make_unique<CountingStore>(m_inner->clone());
     }

@@ -242,6 +242,42 @@ struct CompareSetCase {
     const char* after;  // nullptr: still absent
 };
 
+// claim() is compare_set(key, "") and, for the winner only, its records and one
+// add to the counter: the same keys and values as those calls one by one (etcd
+// writes them in one transaction).
+TEST_P(StoreContract, ClaimWritesTheRecordsAndCountsOnlyForTheWinner) {
+    auto first = m.store->claim("claim/1", "mine", {{"info/1", "record"}, {"zero", "z"}}, "joined");
+    EXPECT_EQ(first.holder, "mine");
+    EXPECT_EQ(first.count, 1);
+    EXPECT_EQ(m.other->get("info/1"), "record");
+    EXPECT_EQ(m.other->get("zero"), "z");
+    auto second = m.other->claim("claim/1", "theirs", {{"info/1", "other"}}, "joined");
+    EXPECT_EQ(second.holder, "mine");
+    EXPECT_EQ(second.count, 0);
+    EXPECT_EQ(m.store->get("info/1"), "record");
+    auto third = m.other->claim("claim/2", "theirs", {{"info/2", "other"}}, "joined");
+    EXPECT_EQ(third.holder, "theirs");
+    EXPECT_EQ(third.count, 2);
+    EXPECT_EQ(m.store->add("joined", 0), 2);
+    EXPECT_EQ(m.store->get("joined"), "2");
+}
+
+// A counter whose key holds a value is added to as add() does: a number counts on
+// from it, anything else is the add's error.
+TEST_P(StoreContract, ClaimAddsToACounterThatHoldsAValue) {
+    m.other->set("joined", "5");
+    EXPECT_EQ(m.store->claim("claim/1", "mine", {{"info/1", "r"}}, "joined").count, 6);
+    m.other->set("joined", "garbage");
+    try {
+        m.store->claim("claim/2", "mine", {{"info/2", "r"}}, "joined");
+        FAIL() << "claim returned";
+    } catch (const StoreError& error) {
+        EXPECT_EQ(error.kind(), Kind::Other) << error.what();
+        EXPECT_NE(std::string(error.what()).find("joined"), std::string::npos) << error.what();
+    }
+    EXPECT_EQ(m.other->claim("claim/2", "theirs", {}, "joined").holder, "mine");
+}
+
 TEST_P(StoreContract, CompareSet) {
     const CompareSetCase cases[] = {
         {"absent, expected absent: set", nullptr, "", "new", "new", "new"},
