@@ -279,6 +279,8 @@ void Coordinator::watch_leadership(EtcdLiveness& liveness, Store& store,
         }
         return;
     }
+    // An agent that left (a stop signal) is on its way out: it leads nothing.
+    if (m_left) return;
     // The leader's key is gone (its lease expired or was revoked): elect a successor,
     // the first agent to create the key again.
     const auto held = liveness.campaign("e/leader", std::to_string(m_agent));
