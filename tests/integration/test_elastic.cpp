@@ -37,17 +37,6 @@ struct Start {
 
 class ElasticTest : public MultiNodeTest {
   protected:
-    virtual bool etcd() const { return false; }
-
-    void SetUp() override {
-        MultiNodeTest::SetUp();
-        if (!etcd()) return;
-        if (!s_etcd) s_etcd = std::make_unique<ddprun::EtcdCluster>(1);
-        if (!s_etcd->ready()) GTEST_SKIP() << s_etcd->error();
-        add_service(s_etcd->pid(0));
-    }
-    static void TearDownTestSuite() { s_etcd.reset(); }
-
     // --nnodes=MIN:MAX, one worker per node, quick failure detection and a short last
     // call; over c10d the agent at 127.0.0.1 hosts the store.
     Job elastic_job(int min, int max) const {
@@ -57,9 +46,6 @@ class ElasticTest : public MultiNodeTest {
         job.nproc = 1;
         job.conf = {{"join_timeout", "20"}, {"last_call_timeout", "1"}, {"heartbeat_timeout", "2"}};
         job.flags = {"--shutdown_timeout=5"};
-        if (etcd())
-            job.flags.insert(job.flags.end(),
-                             {"--rdzv_backend=etcd", "--rdzv_endpoint=" + s_etcd->endpoints()});
         return job;
     }
 
@@ -152,8 +138,6 @@ class ElasticTest : public MultiNodeTest {
             if (agent->running()) agent->send_signal(SIGTERM);
         return wait_nodes(agents);
     }
-
-    static inline std::unique_ptr<ddprun::EtcdCluster> s_etcd;
 };
 
 // What every backend must do alike.
@@ -171,7 +155,7 @@ class ElasticEtcdTest : public ElasticTest {
 
     // Until an agent leads the job (its key is in etcd).
     bool wait_for_leader() const {
-        ddprun::EtcdClient client({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+        ddprun::EtcdClient client({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
         const std::string key = "/ddprun/" + m_run_id + "/e/leader";
         return wait_until(
             [&] {
