@@ -6,6 +6,8 @@
 // or "<case>_c10d", "<case>_etcd" for a test that has cases of its own).
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <ostream>
 #include <string>
@@ -31,6 +33,14 @@ class SharedEtcd {
         return *s_cluster;
     }
     static void stop() { s_cluster.reset(); }
+    // Its members' pids while it runs: every test of the process (c10d ones
+    // too) takes them as services, never as leftovers of its job.
+    static std::vector<pid_t> pids() {
+        std::vector<pid_t> all;
+        for (int member = 0; s_cluster && member < s_cluster->size(); ++member)
+            all.push_back(s_cluster->pid(member));
+        return all;
+    }
 
   private:
     static inline std::unique_ptr<ddprun::EtcdCluster> s_cluster;

@@ -137,10 +137,8 @@ class MultiNodeTest : public IntegrationTest {
 
     void SetUp() override {
         IntegrationTest::SetUp();
-        if (!etcd()) return;
-        const auto& cluster = SharedEtcd::get();
-        if (!cluster.ready()) GTEST_SKIP() << cluster.error();
-        for (int member = 0; member < cluster.size(); ++member) add_service(cluster.pid(member));
+        if (etcd() && !SharedEtcd::get().ready()) GTEST_SKIP() << SharedEtcd::get().error();
+        for (pid_t member : SharedEtcd::pids()) add_service(member);
     }
     static void TearDownTestSuite() { SharedEtcd::stop(); }
 

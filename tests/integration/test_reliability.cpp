@@ -414,10 +414,8 @@ class Reliability : public IntegrationTest {
 
     void SetUp() override {
         IntegrationTest::SetUp();
-        if (!etcd()) return;
-        const auto& cluster = SharedEtcd::get();
-        if (!cluster.ready()) GTEST_SKIP() << cluster.error();
-        for (int member = 0; member < cluster.size(); ++member) add_service(cluster.pid(member));
+        if (etcd() && !SharedEtcd::get().ready()) GTEST_SKIP() << SharedEtcd::get().error();
+        for (pid_t member : SharedEtcd::pids()) add_service(member);
     }
     static void TearDownTestSuite() { SharedEtcd::stop(); }
 
@@ -534,6 +532,13 @@ class Reliability : public IntegrationTest {
         return args;
     }
 
+    // For an agent whose endpoint is a program of the test's on m_port, not a
+    // store: over c10d it is already; over etcd it replaces the shared etcd.
+    std::vector<std::string> endpoint_is_m_port() const {
+        if (!etcd()) return {};
+        return {fmt::format("--rdzv_endpoint=127.0.0.1:{}", m_port)};
+    }
+
     // The rendezvous settings of these tests: a join that cannot complete
     // ends with a message long before the guard.
     static std::vector<std::string> with_conf(std::vector<std::string> flags,
@@ -583,8 +588,8 @@ class Reliability : public IntegrationTest {
     bool m_orphan_grace = false;
 };
 
-// A two-agent test run over each backend; its parameter is the backend.
-class TwoAgentTest : public Reliability, public ::testing::WithParamInterface<std::string> {
+// A test run over each backend; its parameter is the backend.
+class OnEachBackend : public Reliability, public ::testing::WithParamInterface<std::string> {
   protected:
     bool etcd() const override { return GetParam() == "etcd"; }
 };
@@ -1156,7 +1161,7 @@ TEST_F(AgentFaults, FullDiskUnderLogDirWorkersRunOnAndItIsReported) {
 
 // --- agent faults on two agents --------------------------------------------------
 
-class TwoAgentFaults : public TwoAgentTest {};
+class TwoAgentFaults : public OnEachBackend {};
 INSTANTIATE_TEST_SUITE_P(Reliability, TwoAgentFaults, ::testing::ValuesIn(k_backends),
                          backend_name);
 
@@ -1399,18 +1404,18 @@ int listen_on(int port) {
     return fd;
 }
 
-// Node 1 of a job whose endpoint is a listener here that accepts and never
-// answers; start_agent_on_a_silent_store() returns once the agent's connection
-// is accepted (m_silent).
-class SilentStore : public Reliability {
+// Node 1 of a job whose endpoint (a c10d store, or an etcd member) is a
+// listener here that accepts and never answers; start_agent_on_a_silent_store()
+// returns once the agent's connection is accepted (m_silent).
+class SilentStore : public OnEachBackend {
   protected:
     std::unique_ptr<DdprunProcess> start_agent_on_a_silent_store() {
         m_listener = listen_on(m_port);
         EXPECT_GE(m_listener, 0) << "cannot listen on port " << m_port << ": "
                                  << std::strerror(errno);
-        auto node1 =
-            start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=120,read_timeout=120"),
-                        fake_worker({"print", "1"}));
+        auto node1 = start_agent({1, "127.0.0.2", endpoint_is_m_port()},
+                                 with_conf({}, "join_timeout=120,read_timeout=120"),
+                                 fake_worker({"print", "1"}));
         pollfd pfd{m_listener, POLLIN, 0};
         EXPECT_EQ(::poll(&pfd, 1, 30'000), 1) << "the agent never connected\n"
                                               << node1->err_so_far();
@@ -1427,6 +1432,12 @@ class SilentStore : public Reliability {
     int m_listener = -1;
     int m_silent = -1;
 };
+INSTANTIATE_TEST_SUITE_P(Reliability, SilentStore, ::testing::ValuesIn(k_backends), backend_name);
+
+// A program that is not a store on the rendezvous endpoint, over each backend.
+class ForeignEndpoint : public OnEachBackend {};
+INSTANTIATE_TEST_SUITE_P(Reliability, ForeignEndpoint, ::testing::ValuesIn(k_backends),
+                         backend_name);
 
 TEST_F(RendezvousFaults, StoreHostKilledMidJoinEndsTheWaitingNode) {
     // Three nodes expected, two come: the join cannot complete. Killing the
@@ -1456,7 +1467,7 @@ TEST_F(RendezvousFaults, StoreHostKilledMidJoinEndsTheWaitingNode) {
     EXPECT_TRUE(recorded_pids().empty()) << "no worker may start";
 }
 
-class TwoAgentRendezvous : public TwoAgentTest {};
+class TwoAgentRendezvous : public OnEachBackend {};
 INSTANTIATE_TEST_SUITE_P(Reliability, TwoAgentRendezvous, ::testing::ValuesIn(k_backends),
                          backend_name);
 
@@ -1503,11 +1514,14 @@ TEST_F(RendezvousFaults, PortAlreadyInUse) {
 // (it crashed, or it is not a store and gave up on the request): a rendezvous
 // failure in one line, not a crash (c10d 1.13's client thread would die of the
 // reset, std::terminate, exit 134: the store plugin probes the endpoint first).
-TEST_F(RendezvousFaults, EndpointThatResetsTheConnectionIsAClearErrorNotACrash) {
+// Over etcd the member is skipped like one that is down, and with none left
+// that is the one line.
+TEST_P(ForeignEndpoint, EndpointThatResetsTheConnectionIsAClearErrorNotACrash) {
     int listener = listen_on(m_port);
     ASSERT_GE(listener, 0) << "cannot listen on port " << m_port << ": " << std::strerror(errno);
-    auto node1 = start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=5,read_timeout=5"),
-                             fake_worker({"print", "1"}));
+    auto node1 =
+        start_agent({1, "127.0.0.2", endpoint_is_m_port()},
+                    with_conf({}, "join_timeout=5,read_timeout=5"), fake_worker({"print", "1"}));
     // Every connection the agent makes is accepted and, once its request has arrived,
     // reset; until the agent exits (bounded by its hang guard).
     std::vector<int> accepted;
@@ -1538,7 +1552,7 @@ TEST_F(RendezvousFaults, EndpointThatResetsTheConnectionIsAClearErrorNotACrash) 
 // listener, which never answers; read_timeout is long) loses its supervisor to
 // SIGKILL: it must go too, at once, and not linger or spin until its store
 // call gives up.
-TEST_F(SilentStore, SupervisorKilledMidJoinLeavesNoAgentBehind) {
+TEST_P(SilentStore, SupervisorKilledMidJoinLeavesNoAgentBehind) {
     auto node1 = start_agent_on_a_silent_store();
     if (HasFailure()) return;
     pid_t agent = agent_of(node1->pid());
@@ -1555,7 +1569,7 @@ TEST_F(SilentStore, SupervisorKilledMidJoinLeavesNoAgentBehind) {
 
 // Ctrl-C while an agent waits for the store's answer (read_timeout is long):
 // ddprun stops at once with 130, nothing started.
-TEST_F(SilentStore, InterruptWhileWaitingForTheStoreStopsAtOnce) {
+TEST_P(SilentStore, InterruptWhileWaitingForTheStoreStopsAtOnce) {
     auto node1 = start_agent_on_a_silent_store();
     if (HasFailure()) return;
     node1->send_signal(SIGINT);
