@@ -131,6 +131,19 @@ class ElasticTest : public MultiNodeTest {
         return all.contains(round) && !all[round].empty() ? all[round].front().restart : -1;
     }
 
+    // Over etcd: until an agent leads the job (its key is in etcd). The leader is node 0
+    // of the first round, as the store's host is over c10d.
+    bool wait_for_leader() const {
+        ddprun::EtcdClient client({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
+        const std::string key = "/ddprun/" + m_run_id + "/e/leader";
+        return wait_until(
+            [&] {
+                auto answer = client.call("/v3/kv/range", {{"key", ddprun::etcd_base64(key)}});
+                return answer.contains("kvs");
+            },
+            20s);
+    }
+
     // Stops every agent still running (SIGTERM to each: the job ends as a scheduler's
     // stop ends it) and returns their results.
     std::vector<RunResult> stop_all(const std::vector<std::unique_ptr<DdprunProcess>>& agents) {
@@ -152,18 +165,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, ElasticBackendTest, ::testing::Values("c10d",
 class ElasticEtcdTest : public ElasticTest {
   protected:
     bool etcd() const override { return true; }
-
-    // Until an agent leads the job (its key is in etcd).
-    bool wait_for_leader() const {
-        ddprun::EtcdClient client({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
-        const std::string key = "/ddprun/" + m_run_id + "/e/leader";
-        return wait_until(
-            [&] {
-                auto answer = client.call("/v3/kv/range", {{"key", ddprun::etcd_base64(key)}});
-                return answer.contains("kvs");
-            },
-            20s);
-    }
 };
 
 // --- forming rounds -------------------------------------------------------------
@@ -529,6 +530,11 @@ TEST_P(ElasticBackendTest, PytorchTrainingGoesOnAcrossAScaleUpAndAScaleDown) {
     };
     std::vector<std::unique_ptr<DdprunProcess>> agents;
     agents.push_back(start_node(job, node_at(1)));
+    // Agent 0 must be node 0 (rank 0 prints the progress read below): over etcd, where
+    // node ranks follow the arrivals, it arrives alone first.
+    if (etcd()) {
+        ASSERT_TRUE(wait_for_leader()) << stderr_of(agents);
+    }
     agents.push_back(start_node(job, node_at(2)));
     ASSERT_TRUE(agents[0]->wait_for_output("world 2", 60s)) << stderr_of(agents);
     agents.push_back(start_node(job, node_at(3)));
