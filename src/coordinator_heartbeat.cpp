@@ -283,7 +283,9 @@ void Coordinator::watch_leadership(EtcdLiveness& liveness, Store& store,
         return;
     }
     // The leader's key is gone (its lease expired or was revoked): elect a successor,
-    // the first agent to create the key again.
+    // the first agent to create the key again. An agent that left the job is on its
+    // way out: leading would only make the others lose their leader once more.
+    if (m_left) return;
     std::optional<long long> next;
     EtcdLiveness::Held held;
     while (!next && !m_closing) {

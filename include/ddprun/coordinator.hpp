@@ -178,7 +178,7 @@ class Coordinator {
     std::atomic<int> m_round_nnodes{1};
     std::atomic<bool> m_join_cancelled{false};
     int m_agent = -1;                             // elastic: this agent's id, from arrive()
-    bool m_left = false;                          // elastic: it left the job (main thread)
+    std::atomic<bool> m_left{false};              // elastic: it left the job (main thread sets it)
     std::unique_ptr<ElasticMember> m_member;      // main thread (leave, close_job)
     std::unique_ptr<ElasticMember> m_ops_member;  // the operations thread (join)
     std::unique_ptr<ElasticLeader> m_leader;      // the store's host of an elastic job
