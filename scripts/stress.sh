@@ -27,9 +27,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build_dir=${BUILD_DIR:-build}
 iterations=${ITERATIONS:-50}
 duration=${DURATION:-0}
-# The suites of tests/integration/test_multi_node.cpp and test_reliability.cpp.
-default_filter='MultiNode*:*Elastic*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*:TwoAgentFaults.*'
-default_filter+=':RendezvousFaults.*:SilentStore.*:*/BadInputs.*:BadLogDir.*'
+# The suites of tests/integration/test_multi_node.cpp, test_elastic.cpp,
+# test_etcd.cpp and test_reliability.cpp, over both rendezvous backends (the
+# two-agent ones are all under Reliability/).
+default_filter='MultiNode*:*Elastic*:EtcdTest.*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*'
+default_filter+=':RendezvousFaults.*:*/BadInputs.*:BadLogDir.*'
 tests="$build_dir/tests/ddprun_integration_tests"
 test_args=()
 if [[ -n ${SCHEDULER:-} ]]; then

@@ -1,7 +1,8 @@
-// The multi-node fixture shared by the multi-node and elastic suites: several
-// agents on this machine, one per loopback address (127.0.0.1, .2, .3), meet
-// through the rendezvous store like the nodes of a cluster; plus the helpers
-// that read what they printed and what their workers recorded.
+// The multi-node fixture shared by the multi-node, elastic and etcd suites:
+// several agents on this machine, one per loopback address (127.0.0.1, .2, .3),
+// meet through the rendezvous store like the nodes of a cluster, over c10d or
+// etcd (backend.hpp); plus the helpers that read what they printed and what
+// their workers recorded.
 #pragma once
 
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "backend.hpp"
 #include "harness.hpp"
 
 namespace ddprun_it {
@@ -129,14 +131,26 @@ struct Node {
 
 class MultiNodeTest : public IntegrationTest {
   protected:
+    // Whether the jobs meet over etcd (the test process's shared one) instead of
+    // a c10d store that node 0's agent hosts on m_port.
+    virtual bool etcd() const { return false; }
+
+    void SetUp() override {
+        IntegrationTest::SetUp();
+        if (etcd() && !SharedEtcd::get().ready()) GTEST_SKIP() << SharedEtcd::get().error();
+        for (pid_t member : SharedEtcd::pids()) add_service(member);
+    }
+    static void TearDownTestSuite() { SharedEtcd::stop(); }
+
     std::vector<std::string> agent_args(const Job& job, const Node& node) const {
         std::vector<std::string> args{
             job.min_nnodes > 0 ? fmt::format("--nnodes={}:{}", job.min_nnodes, job.nnodes)
                                : fmt::format("--nnodes={}", job.nnodes),
             fmt::format("--nproc_per_node={}", job.nproc),
-            fmt::format("--rdzv_endpoint=127.0.0.1:{}", m_port),
             "--rdzv_id=" + m_run_id,
         };
+        auto rendezvous = rendezvous_flags(etcd(), m_port);
+        args.insert(args.end(), rendezvous.begin(), rendezvous.end());
         if (node.node_rank >= 0) args.push_back(fmt::format("--node_rank={}", node.node_rank));
         args.push_back("--local_addr=" + node.addr);
         std::string conf;
@@ -234,6 +248,23 @@ class MultiNodeTest : public IntegrationTest {
 
     int m_port = free_port();
     std::string m_run_id = run_id_for_this_test();
+};
+
+// A multi-node test run over each backend; its parameter is the backend:
+//   INSTANTIATE_TEST_SUITE_P(MultiNode, Suite, ::testing::ValuesIn(k_backends), backend_name);
+class MultiNodeBackendTest : public MultiNodeTest,
+                             public ::testing::WithParamInterface<std::string> {
+  protected:
+    bool etcd() const override { return GetParam() == "etcd"; }
+};
+
+// A multi-node test with cases of its own, each over each backend (on_backends()).
+template <class Case>
+class MultiNodeCaseTest : public MultiNodeTest,
+                          public ::testing::WithParamInterface<OnBackend<Case>> {
+  protected:
+    bool etcd() const override { return this->GetParam().backend == "etcd"; }
+    const Case& the_case() const { return this->GetParam().c; }
 };
 
 }  // namespace ddprun_it

@@ -37,18 +37,6 @@ struct Start {
 
 class ElasticTest : public MultiNodeTest {
   protected:
-    virtual bool etcd() const { return false; }
-
-    void SetUp() override {
-        MultiNodeTest::SetUp();
-        if (etcd() && !s_etcd) s_etcd = std::make_unique<ddprun::EtcdCluster>(1);
-        // Started by an earlier etcd test of the suite, it is the suite's, not a leftover
-        // of this test's job, in a c10d test too.
-        if (s_etcd) add_service(s_etcd->pid(0));
-        if (etcd() && !s_etcd->ready()) GTEST_SKIP() << s_etcd->error();
-    }
-    static void TearDownTestSuite() { s_etcd.reset(); }
-
     // --nnodes=MIN:MAX, one worker per node, quick failure detection and a short last
     // call; over c10d the agent at 127.0.0.1 hosts the store.
     Job elastic_job(int min, int max) const {
@@ -58,9 +46,6 @@ class ElasticTest : public MultiNodeTest {
         job.nproc = 1;
         job.conf = {{"join_timeout", "20"}, {"last_call_timeout", "1"}, {"heartbeat_timeout", "2"}};
         job.flags = {"--shutdown_timeout=5"};
-        if (etcd())
-            job.flags.insert(job.flags.end(),
-                             {"--rdzv_backend=etcd", "--rdzv_endpoint=" + s_etcd->endpoints()});
         return job;
     }
 
@@ -146,19 +131,10 @@ class ElasticTest : public MultiNodeTest {
         return all.contains(round) && !all[round].empty() ? all[round].front().restart : -1;
     }
 
-    // Stops every agent still running (SIGTERM to each: the job ends as a scheduler's
-    // stop ends it) and returns their results.
-    std::vector<RunResult> stop_all(const std::vector<std::unique_ptr<DdprunProcess>>& agents) {
-        for (const auto& agent : agents)
-            if (agent->running()) agent->send_signal(SIGTERM);
-        return wait_nodes(agents);
-    }
-
-    // Over etcd: until an agent leads the job (its key is in etcd). The first agent
-    // to arrive leads, and is node 0 of the first round: tests that need a known node 0
-    // start it first and wait for this.
+    // Over etcd: until an agent leads the job (its key is in etcd). The leader is node 0
+    // of the first round, as the store's host is over c10d.
     bool wait_for_leader() const {
-        ddprun::EtcdClient client({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+        ddprun::EtcdClient client({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
         const std::string key = "/ddprun/" + m_run_id + "/e/leader";
         return wait_until(
             [&] {
@@ -168,7 +144,13 @@ class ElasticTest : public MultiNodeTest {
             20s);
     }
 
-    static inline std::unique_ptr<ddprun::EtcdCluster> s_etcd;
+    // Stops every agent still running (SIGTERM to each: the job ends as a scheduler's
+    // stop ends it) and returns their results.
+    std::vector<RunResult> stop_all(const std::vector<std::unique_ptr<DdprunProcess>>& agents) {
+        for (const auto& agent : agents)
+            if (agent->running()) agent->send_signal(SIGTERM);
+        return wait_nodes(agents);
+    }
 };
 
 // What every backend must do alike.
@@ -387,7 +369,24 @@ TEST_F(ElasticTest, LosingTheStoresHostEndsTheJobEverywhereSayingWhy) {
 
 // Agent 1 leads (it came alone) and is node 0: killed, the others elect a successor,
 // which re-forms the job with node 0 the first survivor, and MASTER_ADDR its address.
+// Each worker records "m<round>.<rank>.<MASTER_ADDR>" right after its round's record,
+// so the test waits for those too (the round's record alone does not say they exist).
 TEST_F(ElasticEtcdTest, LosingTheLeaderAndNode0IsSurvivedAndMasterAddrMoves) {
+    auto masters = [&](int round, std::size_t workers) {
+        const std::string prefix = fmt::format("m{}.", round);
+        std::set<std::string> names;
+        wait_until(
+            [&] {
+                names.clear();
+                for (const auto& entry : fs::directory_iterator(m_dir)) {
+                    std::string name = entry.path().filename().string();
+                    if (name.starts_with(prefix)) names.insert(name);
+                }
+                return names.size() >= workers;
+            },
+            10s);
+        return names;
+    };
     Job job = elastic_job(1, 3);
     const auto actions = recorders({"ready", m_dir + "/m{round}.{rank}.{master}", "sleep", "300"});
     std::vector<std::unique_ptr<DdprunProcess>> agents;
@@ -397,13 +396,11 @@ TEST_F(ElasticEtcdTest, LosingTheLeaderAndNode0IsSurvivedAndMasterAddrMoves) {
     ASSERT_TRUE(wait_round(1, 2, agents));
     agents.push_back(start_at(job, 3, actions));
     ASSERT_TRUE(wait_round(2, 3, agents));
-    // Each worker writes its "m" file right after its "r" file.
-    EXPECT_TRUE(wait_for_file(path("m2.0.127.0.0.1"), 10s)) << "node 0 was the first agent";
+    EXPECT_TRUE(masters(2, 3).contains("m2.0.127.0.0.1")) << "node 0 was the first agent";
     kill_node(*agents[0]);
     if (HasFatalFailure()) return;
     ASSERT_TRUE(wait_round(3, 2, agents));
-    EXPECT_TRUE(wait_for_file(path("m3.0.127.0.0.2"), 10s) &&
-                wait_for_file(path("m3.1.127.0.0.2"), 10s))
+    EXPECT_EQ(masters(3, 2), (std::set<std::string>{"m3.0.127.0.0.2", "m3.1.127.0.0.2"}))
         << "MASTER_ADDR must move to the new node 0\n"
         << stderr_of(agents);
     EXPECT_EQ(restart_count_of(3), 0) << "losing a node is not a restart";
@@ -538,7 +535,8 @@ TEST_P(ElasticBackendTest, PytorchTrainingGoesOnAcrossAScaleUpAndAScaleDown) {
     };
     std::vector<std::unique_ptr<DdprunProcess>> agents;
     agents.push_back(start_node(job, node_at(1)));
-    // Node 0 (rank 0 prints the progress) must be the agent at 127.0.0.1.
+    // Agent 0 must be node 0 (rank 0 prints the progress read below): over etcd, where
+    // node ranks follow the arrivals, it arrives alone first.
     if (etcd()) {
         ASSERT_TRUE(wait_for_leader()) << stderr_of(agents);
     }

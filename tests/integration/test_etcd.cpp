@@ -1,8 +1,11 @@
-// Multi-node jobs over the etcd backend (--rdzv_backend=etcd): a real etcd
-// that the test starts (tests/support/etcd_server.hpp), agents on
-// 127.0.0.x that meet through it. The same job as over c10d (ranks, a
-// failure anywhere ends the job everywhere, a lost node), plus what is etcd's
-// own: no libtorch in the agent, several members, and the bad endpoints.
+// What only the etcd backend (--rdzv_backend=etcd) has: a real etcd that the
+// test starts (tests/support/etcd_server.hpp), agents on 127.0.0.x that meet
+// through it. What a job does alike on both backends (ranks, failures, signals,
+// lost and frozen nodes, restarts, the exit barrier, the example DDP job) is
+// checked over etcd by the "_etcd" and "/etcd" variants of the multi-node and
+// reliability suites; here: node ranks in join order, no libtorch in the agent,
+// several members, a lost member or cluster, bad endpoints, a stray writer and
+// the C++ example trainer.
 
 #include <signal.h>
 
@@ -12,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,21 +33,7 @@ namespace {
 
 class EtcdTest : public MultiNodeTest {
   protected:
-    static void SetUpTestSuite() { s_etcd = std::make_unique<ddprun::EtcdCluster>(1); }
-    static void TearDownTestSuite() { s_etcd.reset(); }
-
-    void SetUp() override {
-        MultiNodeTest::SetUp();
-        if (!s_etcd->ready()) GTEST_SKIP() << s_etcd->error();
-        for (int member = 0; member < s_etcd->size(); ++member) add_service(s_etcd->pid(member));
-    }
-
-    // The job of MultiNodeTest over etcd: the endpoint is the cluster's.
-    Job etcd_job() const {
-        Job job;
-        job.flags = {"--rdzv_backend=etcd", "--rdzv_endpoint=" + s_etcd->endpoints()};
-        return job;
-    }
+    bool etcd() const override { return true; }
 
     static bool maps_libtorch(pid_t pid) {
         std::ifstream maps(fmt::format("/proc/{}/maps", pid));
@@ -52,12 +42,10 @@ class EtcdTest : public MultiNodeTest {
             if (line.find("libtorch") != std::string::npos) return true;
         return false;
     }
-
-    static inline std::unique_ptr<ddprun::EtcdCluster> s_etcd;
 };
 
 TEST_F(EtcdTest, TwoNodesGetTheJobWideVariables) {
-    Job job = etcd_job();
+    Job job;
     auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"env"}},
                              {.addr = "127.0.0.2", .actions = {"env"}}});
     ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
@@ -73,8 +61,51 @@ TEST_F(EtcdTest, TwoNodesGetTheJobWideVariables) {
     }
 }
 
+// Node ranks omitted: assigned in join order, from 0 (over c10d the store's host is
+// node 0: MultiNodeRendezvous.OmittedNodeRanksAreAssignedWithTheStoreHostAsNodeZero).
+// The agent on 127.0.0.3 joins alone first, so it is node 0 and MASTER_ADDR is its
+// address on every node.
+TEST_F(EtcdTest, OmittedNodeRanksAreAssignedInJoinOrder) {
+    Job job;
+    job.nnodes = 3;
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(job, {.addr = "127.0.0.3", .actions = {"env"}}));
+    ddprun::EtcdClient client({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
+    const std::string first_record = "/ddprun/" + m_run_id + "/r0/info/0";
+    bool joined = wait_until(
+        [&] {
+            return client.call("/v3/kv/range", {{"key", ddprun::etcd_base64(first_record)}})
+                .contains("kvs");
+        },
+        30s);
+    ASSERT_TRUE(joined) << "the first agent never joined\n" << stderr_of(agents);
+    agents.push_back(start_node(job, {.addr = "127.0.0.1", .actions = {"env"}}));
+    agents.push_back(start_node(job, {.addr = "127.0.0.2", .actions = {"env"}}));
+    auto r = wait_nodes(agents);
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0, 0})) << describe_all(r);
+    std::set<std::string> node_ranks;
+    std::set<int> ranks;
+    for (std::size_t agent = 0; agent < 3; ++agent) {
+        auto env = env_by_rank(r[agent].out);
+        ASSERT_EQ(env.size(), 2u) << describe_all(r);
+        for (auto& [rank, e] : env) {
+            ranks.insert(rank);
+            node_ranks.insert(e["NODE_RANK"]);
+            EXPECT_EQ(e["RANK"], std::to_string(std::atoi(e["NODE_RANK"].c_str()) * 2 +
+                                                std::atoi(e["LOCAL_RANK"].c_str())))
+                << describe_all(r);
+            EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.3") << "node 0 is the first to join";
+            if (agent == 0) {
+                EXPECT_EQ(e["NODE_RANK"], "0") << describe_all(r);
+            }
+        }
+    }
+    EXPECT_EQ(node_ranks, (std::set<std::string>{"0", "1", "2"})) << describe_all(r);
+    EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3, 4, 5})) << describe_all(r);
+}
+
 TEST_F(EtcdTest, AnAgentOnEtcdNeverLoadsLibtorch) {
-    Job job = etcd_job();
+    Job job;
     std::vector<std::unique_ptr<DdprunProcess>> agents;
     agents.push_back(start_node(job, {.addr = "127.0.0.1", .actions = sleepers(m_dir)}));
     agents.push_back(start_node(job, {.addr = "127.0.0.2", .actions = sleepers(m_dir)}));
@@ -90,49 +121,11 @@ TEST_F(EtcdTest, AnAgentOnEtcdNeverLoadsLibtorch) {
     EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143})) << describe_all(r);
 }
 
-TEST_F(EtcdTest, AFailureOnOneNodeStopsEveryNodeWithItsCode) {
-    Job job = etcd_job();
-    const auto actions = fail_when_all_ready(m_dir, 4, 3, {"exit", "7"});
-    auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = actions},
-                             {.addr = "127.0.0.2", .actions = actions}});
-    EXPECT_EQ(exit_codes(r), (std::vector<int>{7, 7})) << describe_all(r);
-    for (const auto& result : r)
-        EXPECT_FALSE(own_lines_with(result.err, {"root cause: rank 3"}).empty()) << describe_all(r);
-}
-
-TEST_F(EtcdTest, AKilledNodeStopsTheOtherWithTheRendezvousCode) {
-    Job job = etcd_job();
-    job.conf["heartbeat_timeout"] = "2";
-    for (int victim : {0, 1}) {
-        SCOPED_TRACE(fmt::format("node {} killed", victim));
-        m_run_id += "-" + std::to_string(victim);
-        std::vector<std::unique_ptr<DdprunProcess>> agents;
-        agents.push_back(
-            start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = sleepers(m_dir)}));
-        agents.push_back(
-            start_node(job, {.node_rank = 1, .addr = "127.0.0.2", .actions = sleepers(m_dir)}));
-        wait_ready(4, agents);
-        if (HasFatalFailure()) return;
-        kill_node(*agents[static_cast<std::size_t>(victim)]);
-        if (HasFatalFailure()) return;
-        auto r = wait_nodes(agents);
-        const auto& survivor = r[static_cast<std::size_t>(1 - victim)];
-        EXPECT_EQ(survivor.exit_code, k_rendezvous_exit) << describe_all(r);
-        // Its lease ran out and etcd deleted its key: the watch saw it.
-        EXPECT_FALSE(own_lines_with(survivor.err, {"stopped answering", "etcd lease"}).empty())
-            << describe_all(r);
-        auto live = wait_job_gone(k_orphan_grace);
-        EXPECT_TRUE(live.empty()) << describe(live);
-        for (int rank = 0; rank < 4; ++rank)
-            std::remove(path(fmt::format("ready.{}", rank)).c_str());
-    }
-}
-
 TEST_F(EtcdTest, SeveralEndpointsSkipAMemberThatIsDown) {
     // The first endpoint has nothing behind it: the agents go on to the next.
-    Job job = etcd_job();
-    job.flags = {"--rdzv_backend=etcd",
-                 fmt::format("--rdzv_endpoint=127.0.0.1:{},{}", free_port(), s_etcd->endpoints())};
+    Job job;
+    job.flags = {"--rdzv_backend=etcd", fmt::format("--rdzv_endpoint=127.0.0.1:{},{}", free_port(),
+                                                    SharedEtcd::get().endpoints())};
     auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"exit", "0"}},
                              {.addr = "127.0.0.2", .actions = {"exit", "0"}}});
     EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
@@ -168,6 +161,11 @@ TEST_F(EtcdTest, BadEndpointsAndBackendsAreOneLine) {
           "--rdzv_conf=read_timeout=2"},
          k_rendezvous_exit,
          "no etcd"},
+        // Over c10d, MultiNodeRendezvous.AnUnresolvableMasterHostFailsEveryNodeAtOnce.
+        {"a host that does not resolve",
+         {"--rdzv_backend=etcd", "--rdzv_endpoint=etcd.invalid:2379", "--rdzv_conf=read_timeout=2"},
+         k_rendezvous_exit,
+         "etcd.invalid:2379"},
         {"a list without etcd",
          {"--rdzv_endpoint=127.0.0.1:1,127.0.0.1:2"},
          2,
@@ -187,9 +185,9 @@ TEST_F(EtcdTest, BadEndpointsAndBackendsAreOneLine) {
     ::waitpid(http, nullptr, 0);
 }
 
-// The real example jobs over etcd: PyTorch DDP (gloo) and the C++ libtorch trainer.
+// The real example jobs over etcd: the C++ libtorch trainer (the PyTorch DDP one,
+// examples/ddp_train.py, is MultiNodePython.DdpTrainAcrossTwoAgents/etcd).
 TEST_F(EtcdTest, TheExampleDdpJobsRunOverEtcd) {
-    const std::string python_example = k_examples_dir + "/ddp_train.py";
     const std::string cpp_example = std::string(EXAMPLES_BIN_DIR) + "/train";
     struct Example {
         std::string name;
@@ -198,7 +196,6 @@ TEST_F(EtcdTest, TheExampleDdpJobsRunOverEtcd) {
         std::string says;
     };
     const std::vector<Example> examples = {
-        {"ddp_train.py", {python_example}, python_has_torch(), "[0]: ddp_train: world_size=4 "},
         {"train (C++)",
          {cpp_example, "--steps", "5"},
          ::access(cpp_example.c_str(), X_OK) == 0,
@@ -213,7 +210,7 @@ TEST_F(EtcdTest, TheExampleDdpJobsRunOverEtcd) {
         m_run_id += "e";
         RunOptions options;
         options.env = {{"PYTHON_EXEC", k_python}};
-        Job job = etcd_job();
+        Job job;
         job.guard = 100s;  // four torch imports on a shared 2-core machine
         auto r = run_nodes(job,
                            {{.addr = "127.0.0.1", .program = example.program},
@@ -235,7 +232,7 @@ TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
                                            {"r0/finished", "not a number"}}) {
         SCOPED_TRACE(c.key);
         m_run_id += "x";
-        Job job = etcd_job();
+        Job job;
         // Node 1's workers finish at once (so the barrier counts); node 0's wait.
         const std::vector<std::string> actions = {"ready",   m_dir + "/ready.{rank}",
                                                   "if-rank", "2",
@@ -248,7 +245,8 @@ TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
             start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = actions}));
         if (c.key == "r0/finished") {
             // Written before anyone counts: the first add fails.
-            ddprun::EtcdClient writer({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+            ddprun::EtcdClient writer(
+                {{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
             writer.call("/v3/kv/put",
                         {{"key", ddprun::etcd_base64("/ddprun/" + m_run_id + "/" + c.key)},
                          {"value", ddprun::etcd_base64("garbage")}});
@@ -258,7 +256,8 @@ TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
         wait_ready(4, agents);
         if (HasFatalFailure()) return;
         if (c.key == "r0/stop") {
-            ddprun::EtcdClient writer({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+            ddprun::EtcdClient writer(
+                {{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
             writer.call("/v3/kv/put",
                         {{"key", ddprun::etcd_base64("/ddprun/" + m_run_id + "/" + c.key)},
                          {"value", ddprun::etcd_base64("{not json")}});
@@ -275,10 +274,10 @@ TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
 
 // An elastic job's leader record (who leads) holding garbage: one line, no worker.
 TEST_F(EtcdTest, AStrayLeaderRecordOfAnElasticJobIsOneLine) {
-    ddprun::EtcdClient writer({{{"127.0.0.1", s_etcd->client_ports().front()}}, 5s});
+    ddprun::EtcdClient writer({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
     writer.call("/v3/kv/put", {{"key", ddprun::etcd_base64("/ddprun/" + m_run_id + "/e/leader")},
                                {"value", ddprun::etcd_base64("garbage")}});
-    Job job = etcd_job();
+    Job job;
     job.min_nnodes = 1;
     auto r = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"exit", "0"}}});
     EXPECT_EQ(exit_codes(r), (std::vector<int>{k_rendezvous_exit})) << describe_all(r);

@@ -6,6 +6,12 @@
 // Cases the other suites already cover are not repeated here:
 // docs/reliability.md maps every fault to the test that checks it.
 //
+// The two-agent tests run over both rendezvous backends ("/c10d", "/etcd", or
+// "<case>_c10d", "<case>_etcd": backend.hpp) wherever the fault means the same
+// on both; those about the c10d store itself (its port, its host mid-join, a
+// stray client of it, a partition from it) stay c10d-only, and test_etcd.cpp
+// has etcd's own.
+//
 // What every test asserts: the exit code and the message; that no process of
 // the job is left afterwards, found by process group and session (every
 // worker leads its own group, a setsid() grandchild its own session) and by
@@ -45,6 +51,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "backend.hpp"
 #include "harness.hpp"
 
 namespace ddprun_it {
@@ -401,6 +408,17 @@ struct Terminal {
 
 class Reliability : public IntegrationTest {
   protected:
+    // Whether the agents meet over etcd (the test process's shared one) instead
+    // of a c10d store that node 0's agent hosts on m_port.
+    virtual bool etcd() const { return false; }
+
+    void SetUp() override {
+        IntegrationTest::SetUp();
+        if (etcd() && !SharedEtcd::get().ready()) GTEST_SKIP() << SharedEtcd::get().error();
+        for (pid_t member : SharedEtcd::pids()) add_service(member);
+    }
+    static void TearDownTestSuite() { SharedEtcd::stop(); }
+
     void TearDown() override {
         // Whatever is alive now in a process group or session of the job
         // outlived it (or, after a SIGKILLed ddprun, its grace).
@@ -502,15 +520,23 @@ class Reliability : public IntegrationTest {
         std::vector<std::string> args{
             fmt::format("--nnodes={}", nnodes),
             fmt::format("--nproc_per_node={}", nproc),
-            fmt::format("--rdzv_endpoint=127.0.0.1:{}", m_port),
             "--rdzv_id=" + m_run_id,
             fmt::format("--node_rank={}", node.node_rank),
             "--local_addr=" + node.addr,
         };
+        auto rendezvous = rendezvous_flags(etcd(), m_port);
+        args.insert(args.end(), rendezvous.begin(), rendezvous.end());
         args.insert(args.end(), flags.begin(), flags.end());
         args.insert(args.end(), node.flags.begin(), node.flags.end());
         args.insert(args.end(), program.begin(), program.end());
         return args;
+    }
+
+    // For an agent whose endpoint is a program of the test's on m_port, not a
+    // store: over c10d it is already; over etcd it replaces the shared etcd.
+    std::vector<std::string> endpoint_is_m_port() const {
+        if (!etcd()) return {};
+        return {fmt::format("--rdzv_endpoint=127.0.0.1:{}", m_port)};
     }
 
     // The rendezvous settings of these tests: a join that cannot complete
@@ -547,12 +573,33 @@ class Reliability : public IntegrationTest {
     }
 
     int m_port = free_port();
-    std::string m_run_id =
-        std::string("rel-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::string m_run_id = run_id_for_this_test();
 
   private:
+    static std::string run_id_for_this_test() {
+        // Parameterized names hold '/', which a run id had better not (etcd keys, log dirs).
+        std::string id =
+            std::string("rel-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+        std::replace(id.begin(), id.end(), '/', '-');
+        return id;
+    }
+
     std::vector<ProcessInfo> m_group_survivors;
     bool m_orphan_grace = false;
+};
+
+// A test run over each backend; its parameter is the backend.
+class OnEachBackend : public Reliability, public ::testing::WithParamInterface<std::string> {
+  protected:
+    bool etcd() const override { return GetParam() == "etcd"; }
+};
+
+// A two-agent test with cases of its own, each over each backend.
+template <class Case>
+class TwoAgentCaseTest : public Reliability, public ::testing::WithParamInterface<OnBackend<Case>> {
+  protected:
+    bool etcd() const override { return this->GetParam().backend == "etcd"; }
+    const Case& the_case() const { return this->GetParam().c; }
 };
 
 // The agent process under a ddprun (its supervisor's only child).
@@ -818,8 +865,7 @@ void expect_agent_outcome(const WorkerFault& fault, const RunResult& r,
 
 class WorkerFaultOnOneAgent : public Reliability,
                               public ::testing::WithParamInterface<WorkerFault> {};
-class WorkerFaultOnTwoAgents : public Reliability,
-                               public ::testing::WithParamInterface<WorkerFault> {};
+class WorkerFaultOnTwoAgents : public TwoAgentCaseTest<WorkerFault> {};
 
 TEST_P(WorkerFaultOnOneAgent, EndsAsDocumented) {
     const WorkerFault& fault = GetParam();
@@ -837,7 +883,7 @@ TEST_P(WorkerFaultOnOneAgent, EndsAsDocumented) {
 }
 
 TEST_P(WorkerFaultOnTwoAgents, EveryAgentEndsAsDocumented) {
-    const WorkerFault& fault = GetParam();
+    const WorkerFault& fault = the_case();
     constexpr int k_world = 4;
     constexpr int k_victim = 3;  // on node 1: the failure must travel to node 0
     FaultJob plan = fault.make(m_dir, k_world, k_victim);
@@ -860,8 +906,9 @@ std::string fault_name(const ::testing::TestParamInfo<WorkerFault>& param_info) 
 
 INSTANTIATE_TEST_SUITE_P(Reliability, WorkerFaultOnOneAgent, ::testing::ValuesIn(worker_faults()),
                          fault_name);
-INSTANTIATE_TEST_SUITE_P(Reliability, WorkerFaultOnTwoAgents, ::testing::ValuesIn(worker_faults()),
-                         fault_name);
+INSTANTIATE_TEST_SUITE_P(Reliability, WorkerFaultOnTwoAgents,
+                         ::testing::ValuesIn(on_backends(worker_faults())),
+                         case_and_backend<WorkerFault>);
 
 // --- worker faults that need control of ddprun's own stdio ---------------------
 
@@ -1114,7 +1161,9 @@ TEST_F(AgentFaults, FullDiskUnderLogDirWorkersRunOnAndItIsReported) {
 
 // --- agent faults on two agents --------------------------------------------------
 
-class TwoAgentFaults : public Reliability {};
+class TwoAgentFaults : public OnEachBackend {};
+INSTANTIATE_TEST_SUITE_P(Reliability, TwoAgentFaults, ::testing::ValuesIn(k_backends),
+                         backend_name);
 
 struct AgentKill {
     std::string name;
@@ -1122,16 +1171,12 @@ struct AgentKill {
     bool supervisor;  // the ddprun the user started, else the agent process under it
 };
 
-void PrintTo(const AgentKill& c, std::ostream* os) {
-    *os << c.name;
-}
-
-class TwoAgentKill : public Reliability, public ::testing::WithParamInterface<AgentKill> {};
+class TwoAgentKill : public TwoAgentCaseTest<AgentKill> {};
 
 // Unlike test_multi_node's killed-node tests, every worker has grandchildren
 // (one daemonized with setsid): none may survive on either node.
 TEST_P(TwoAgentKill, NoWorkerOrGrandchildSurvivesOnEitherNode) {
-    const AgentKill& c = GetParam();
+    const AgentKill& c = the_case();
     auto flags = with_conf({"--shutdown_timeout=300"}, "join_timeout=20,heartbeat_timeout=2");
     auto program = fake_worker(sleepers(m_dir, {"spawn-grandchild", "spawn-grandchild", "setsid"}));
     std::vector<std::unique_ptr<DdprunProcess>> agents;
@@ -1155,31 +1200,25 @@ TEST_P(TwoAgentKill, NoWorkerOrGrandchildSurvivesOnEitherNode) {
     EXPECT_TRUE(live.empty()) << "survivors of the job:\n" << describe(live);
 }
 
-INSTANTIATE_TEST_SUITE_P(Reliability, TwoAgentKill,
-                         ::testing::Values(AgentKill{"StoreHostAgent", 0, false},
-                                           AgentKill{"Node1Agent", 1, false},
-                                           AgentKill{"Node1Supervisor", 1, true}),
-                         [](const ::testing::TestParamInfo<AgentKill>& param_info) {
-                             return param_info.param.name;
-                         });
+// Over c10d node 0 hosts the store.
+INSTANTIATE_TEST_SUITE_P(
+    Reliability, TwoAgentKill,
+    ::testing::ValuesIn(on_backends<AgentKill>(
+        {{"Node0Agent", 0, false}, {"Node1Agent", 1, false}, {"Node1Supervisor", 1, true}})),
+    case_and_backend<AgentKill>);
 
 struct RepeatedSignal {
     std::string name;
     int signal;
 };
 
-void PrintTo(const RepeatedSignal& c, std::ostream* os) {
-    *os << c.name;
-}
-
-class TwoAgentRepeatedSignal : public Reliability,
-                               public ::testing::WithParamInterface<RepeatedSignal> {};
+class TwoAgentRepeatedSignal : public TwoAgentCaseTest<RepeatedSignal> {};
 
 // Ctrl-C twice on one node's terminal: the user wants the job gone now. Every
 // worker survives the first signal and the grace outlasts the guard, so every
 // node must act on the second at once.
 TEST_P(TwoAgentRepeatedSignal, SecondSignalOnOneNodeEndsEveryNodeAtOnce) {
-    const RepeatedSignal& c = GetParam();
+    const RepeatedSignal& c = the_case();
     auto flags = with_conf({"--shutdown_timeout=300"});
     auto program = fake_worker(sleepers(m_dir, {"trap", "SIGTERM", "trap", "SIGINT"}));
     std::vector<std::unique_ptr<DdprunProcess>> agents;
@@ -1199,13 +1238,11 @@ TEST_P(TwoAgentRepeatedSignal, SecondSignalOnOneNodeEndsEveryNodeAtOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reliability, TwoAgentRepeatedSignal,
-                         ::testing::Values(RepeatedSignal{"Sigterm", SIGTERM},
-                                           RepeatedSignal{"Sigint", SIGINT}),
-                         [](const ::testing::TestParamInfo<RepeatedSignal>& param_info) {
-                             return param_info.param.name;
-                         });
+                         ::testing::ValuesIn(on_backends<RepeatedSignal>({{"Sigterm", SIGTERM},
+                                                                          {"Sigint", SIGINT}})),
+                         case_and_backend<RepeatedSignal>);
 
-TEST_F(TwoAgentFaults, SigusrOnEachNodeIsForwardedAndTheJobGoesOn) {
+TEST_P(TwoAgentFaults, SigusrOnEachNodeIsForwardedAndTheJobGoesOn) {
     auto flags = with_conf({});
     auto program = fake_worker({"ready", path("ready.{rank}"), "wait-signal", "print", "1"});
     std::vector<std::unique_ptr<DdprunProcess>> agents;
@@ -1230,10 +1267,11 @@ TEST_F(TwoAgentFaults, SigusrOnEachNodeIsForwardedAndTheJobGoesOn) {
     }
 }
 
-// The store's host freezes (SIGSTOP) past the heartbeat timeout: the other
-// node must notice and stop instead of blocking on the frozen store; once
-// thawed, the host stops too. (test_multi_node freezes the other node.)
-TEST_F(TwoAgentFaults, FrozenStoreHostIsDetectedAndStopsOnceThawed) {
+// Node 0 freezes (SIGSTOP) past the heartbeat timeout: the other node must
+// notice and stop (over c10d, instead of blocking on the frozen store node 0
+// hosts; over etcd, when node 0's lease runs out); once thawed, node 0 stops
+// too. (test_multi_node freezes the other node.)
+TEST_P(TwoAgentFaults, FrozenNode0IsDetectedAndStopsOnceThawed) {
     auto flags = with_conf({"--shutdown_timeout=300"}, "join_timeout=20,heartbeat_timeout=2");
     auto program = fake_worker(sleepers(m_dir));
     std::vector<std::unique_ptr<DdprunProcess>> agents;
@@ -1251,13 +1289,13 @@ TEST_F(TwoAgentFaults, FrozenStoreHostIsDetectedAndStopsOnceThawed) {
     ::kill(agents[0]->pid(), SIGCONT);
     ::kill(agent, SIGCONT);
     auto r = wait_agents(agents);
-    EXPECT_TRUE(detected && !r[1].timed_out) << "node 1 blocked on the frozen store\n"
+    EXPECT_TRUE(detected && !r[1].timed_out) << "node 1 blocked on the frozen node 0\n"
                                              << describe_all(r);
     EXPECT_EQ(r[1].exit_code, k_rendezvous_exit) << describe_all(r);
-    EXPECT_FALSE(r[0].timed_out) << "the thawed store host did not stop\n" << describe_all(r);
+    EXPECT_FALSE(r[0].timed_out) << "the thawed node 0 did not stop\n" << describe_all(r);
 }
 
-TEST_F(TwoAgentFaults, TerminalHangupOnOneNodeStopsEveryNodeWith129) {
+TEST_P(TwoAgentFaults, TerminalHangupOnOneNodeStopsEveryNodeWith129) {
     auto flags = with_conf({"--shutdown_timeout=300"});
     auto program = fake_worker(sleepers(m_dir, {"trap-exit", "SIGHUP", "trap-exit", "SIGTERM"}));
     Terminal terminal;
@@ -1280,7 +1318,7 @@ TEST_F(TwoAgentFaults, TerminalHangupOnOneNodeStopsEveryNodeWith129) {
     EXPECT_EQ(r0.exit_code, 128 + SIGHUP) << r0.describe();
 }
 
-TEST_F(TwoAgentFaults, OwnStdoutClosedOnOneNodeWorkersRunOnAndItIsReported) {
+TEST_P(TwoAgentFaults, OwnStdoutClosedOnOneNodeWorkersRunOnAndItIsReported) {
     std::string go = path("go");
     auto flags = with_conf({});
     auto program = fake_worker(
@@ -1316,7 +1354,7 @@ TEST_F(TwoAgentFaults, OwnStdoutClosedOnOneNodeWorkersRunOnAndItIsReported) {
         << err1;
 }
 
-TEST_F(TwoAgentFaults, FullDiskOnOneNodeWorkersRunOnAndItIsReported) {
+TEST_P(TwoAgentFaults, FullDiskOnOneNodeWorkersRunOnAndItIsReported) {
     SmallFilesystem disk(path("logs1"), "size=64k");
     if (!disk.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here: " << disk.error();
     auto flags = with_conf({});
@@ -1366,18 +1404,18 @@ int listen_on(int port) {
     return fd;
 }
 
-// Node 1 of a job whose endpoint is a listener here that accepts and never
-// answers; start_agent_on_a_silent_store() returns once the agent's connection
-// is accepted (m_silent).
-class SilentStore : public Reliability {
+// Node 1 of a job whose endpoint (a c10d store, or an etcd member) is a
+// listener here that accepts and never answers; start_agent_on_a_silent_store()
+// returns once the agent's connection is accepted (m_silent).
+class SilentStore : public OnEachBackend {
   protected:
     std::unique_ptr<DdprunProcess> start_agent_on_a_silent_store() {
         m_listener = listen_on(m_port);
         EXPECT_GE(m_listener, 0) << "cannot listen on port " << m_port << ": "
                                  << std::strerror(errno);
-        auto node1 =
-            start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=120,read_timeout=120"),
-                        fake_worker({"print", "1"}));
+        auto node1 = start_agent({1, "127.0.0.2", endpoint_is_m_port()},
+                                 with_conf({}, "join_timeout=120,read_timeout=120"),
+                                 fake_worker({"print", "1"}));
         pollfd pfd{m_listener, POLLIN, 0};
         EXPECT_EQ(::poll(&pfd, 1, 30'000), 1) << "the agent never connected\n"
                                               << node1->err_so_far();
@@ -1394,6 +1432,12 @@ class SilentStore : public Reliability {
     int m_listener = -1;
     int m_silent = -1;
 };
+INSTANTIATE_TEST_SUITE_P(Reliability, SilentStore, ::testing::ValuesIn(k_backends), backend_name);
+
+// A program that is not a store on the rendezvous endpoint, over each backend.
+class ForeignEndpoint : public OnEachBackend {};
+INSTANTIATE_TEST_SUITE_P(Reliability, ForeignEndpoint, ::testing::ValuesIn(k_backends),
+                         backend_name);
 
 TEST_F(RendezvousFaults, StoreHostKilledMidJoinEndsTheWaitingNode) {
     // Three nodes expected, two come: the join cannot complete. Killing the
@@ -1423,7 +1467,11 @@ TEST_F(RendezvousFaults, StoreHostKilledMidJoinEndsTheWaitingNode) {
     EXPECT_TRUE(recorded_pids().empty()) << "no worker may start";
 }
 
-TEST_F(RendezvousFaults, NodeThatJoinsLateStillMakesTheJob) {
+class TwoAgentRendezvous : public OnEachBackend {};
+INSTANTIATE_TEST_SUITE_P(Reliability, TwoAgentRendezvous, ::testing::ValuesIn(k_backends),
+                         backend_name);
+
+TEST_P(TwoAgentRendezvous, NodeThatJoinsLateStillMakesTheJob) {
     auto flags = with_conf({});
     auto program = fake_worker({"print", "1"});
     std::vector<std::unique_ptr<DdprunProcess>> agents;
@@ -1466,11 +1514,14 @@ TEST_F(RendezvousFaults, PortAlreadyInUse) {
 // (it crashed, or it is not a store and gave up on the request): a rendezvous
 // failure in one line, not a crash (c10d 1.13's client thread would die of the
 // reset, std::terminate, exit 134: the store plugin probes the endpoint first).
-TEST_F(RendezvousFaults, EndpointThatResetsTheConnectionIsAClearErrorNotACrash) {
+// Over etcd the member is skipped like one that is down, and with none left
+// that is the one line.
+TEST_P(ForeignEndpoint, EndpointThatResetsTheConnectionIsAClearErrorNotACrash) {
     int listener = listen_on(m_port);
     ASSERT_GE(listener, 0) << "cannot listen on port " << m_port << ": " << std::strerror(errno);
-    auto node1 = start_agent({1, "127.0.0.2"}, with_conf({}, "join_timeout=5,read_timeout=5"),
-                             fake_worker({"print", "1"}));
+    auto node1 =
+        start_agent({1, "127.0.0.2", endpoint_is_m_port()},
+                    with_conf({}, "join_timeout=5,read_timeout=5"), fake_worker({"print", "1"}));
     // Every connection the agent makes is accepted and, once its request has arrived,
     // reset; until the agent exits (bounded by its hang guard).
     std::vector<int> accepted;
@@ -1501,7 +1552,7 @@ TEST_F(RendezvousFaults, EndpointThatResetsTheConnectionIsAClearErrorNotACrash) 
 // listener, which never answers; read_timeout is long) loses its supervisor to
 // SIGKILL: it must go too, at once, and not linger or spin until its store
 // call gives up.
-TEST_F(SilentStore, SupervisorKilledMidJoinLeavesNoAgentBehind) {
+TEST_P(SilentStore, SupervisorKilledMidJoinLeavesNoAgentBehind) {
     auto node1 = start_agent_on_a_silent_store();
     if (HasFailure()) return;
     pid_t agent = agent_of(node1->pid());
@@ -1518,7 +1569,7 @@ TEST_F(SilentStore, SupervisorKilledMidJoinLeavesNoAgentBehind) {
 
 // Ctrl-C while an agent waits for the store's answer (read_timeout is long):
 // ddprun stops at once with 130, nothing started.
-TEST_F(SilentStore, InterruptWhileWaitingForTheStoreStopsAtOnce) {
+TEST_P(SilentStore, InterruptWhileWaitingForTheStoreStopsAtOnce) {
     auto node1 = start_agent_on_a_silent_store();
     if (HasFailure()) return;
     node1->send_signal(SIGINT);

@@ -549,7 +549,7 @@ TEST_F(StoreTcp, LosingTheServerIsAConnectionError) {
 // fails within about a second, not after the whole timeout (read_timeout, 60 s by
 // default). add() first: it reconnects after a failure to tell a value that is not a
 // number from a lost store, and that reconnect once held a surviving agent for 60 s in
-// its end of round (MultiNodeKilledNode/StoreHostDdprun).
+// its end of round (MultiNodeKilledNode/Node0Ddprun_c10d).
 TEST_F(StoreTcp, AStoreThatIsGoneFailsEveryCallAtOnceNotAfterTheTimeout) {
     int port = free_port();
     auto server = open_server(port);
