@@ -80,8 +80,20 @@ class StoreCluster final : public Cluster {
             m_open_attempt->abandoned = true;
         }
         if (m_opener.joinable()) m_opener.detach();
-        // A join still in flight may block in the store for as long as its timeout.
-        if (m_coordinator && m_joining) m_coordinator->abandon();
+        if (m_coordinator && m_joining) drop_join();
+    }
+
+    // A join whose answer no longer matters. An elastic join ends at its next wait slice
+    // once cancelled, so its thread is joined as usual; a fixed-size one may block in a
+    // store call as long as its timeout (c10d cannot cancel it), so it is abandoned, with
+    // the Coordinator's threads, to the process's exit. (Abandoning an elastic join let
+    // its thread read the deleted Coordinator: SIGSEGV on a stop signal while joining,
+    // found by stress.sh.)
+    void drop_join() {
+        if (m_ctx.config.elastic() && !m_coordinator->store_stalled())
+            m_coordinator->cancel_join();
+        else
+            m_coordinator->abandon();
     }
 
     void open(Opened done) override;
@@ -423,8 +435,7 @@ void StoreCluster::end_round(bool killed) {
     m_join_guard.cancel();
     if (!m_coordinator) return;
     if (m_joining) {
-        // Killed mid-join: the join's answer no longer matters.
-        m_coordinator->abandon();
+        drop_join();  // killed mid-join
         return;
     }
     if (m_join_failed && m_ctx.config.elastic()) {

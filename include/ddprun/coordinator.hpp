@@ -141,6 +141,8 @@ class Coordinator {
     // The agent gave up waiting for a store call (e.g. a join to a listener that
     // never answers): treat the store as stalled from now on.
     void abandon() { m_abandoned = true; }
+    // The join in progress (elastic) no longer matters: it returns at its next wait.
+    void cancel_join() { m_join_cancelled = true; }
     void on_kill(std::function<void()> on_kill) { m_on_kill = std::move(on_kill); }
 
   private:
