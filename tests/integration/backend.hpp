@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "harness.hpp"
 #include "support/etcd_server.hpp"
 
 namespace ddprun_it {
@@ -44,6 +45,21 @@ class SharedEtcd {
 
   private:
     static inline std::unique_ptr<ddprun::EtcdCluster> s_cluster;
+};
+
+// An integration test whose agents meet over either backend: etcd() says which.
+class BackendTest : public IntegrationTest {
+  protected:
+    // Whether the agents meet over etcd (the test process's shared one) instead
+    // of a c10d store that node 0's agent hosts on m_port.
+    virtual bool etcd() const { return false; }
+
+    void SetUp() override {
+        IntegrationTest::SetUp();
+        if (etcd() && !SharedEtcd::get().ready()) GTEST_SKIP() << SharedEtcd::get().error();
+        for (pid_t member : SharedEtcd::pids()) add_service(member);
+    }
+    static void TearDownTestSuite() { SharedEtcd::stop(); }
 };
 
 // --rdzv_backend and --rdzv_endpoint of a job: over etcd the shared one's

@@ -129,19 +129,8 @@ struct Node {
     std::vector<std::string> actions = {};
 };
 
-class MultiNodeTest : public IntegrationTest {
+class MultiNodeTest : public BackendTest {
   protected:
-    // Whether the jobs meet over etcd (the test process's shared one) instead of
-    // a c10d store that node 0's agent hosts on m_port.
-    virtual bool etcd() const { return false; }
-
-    void SetUp() override {
-        IntegrationTest::SetUp();
-        if (etcd() && !SharedEtcd::get().ready()) GTEST_SKIP() << SharedEtcd::get().error();
-        for (pid_t member : SharedEtcd::pids()) add_service(member);
-    }
-    static void TearDownTestSuite() { SharedEtcd::stop(); }
-
     std::vector<std::string> agent_args(const Job& job, const Node& node) const {
         std::vector<std::string> args{
             job.min_nnodes > 0 ? fmt::format("--nnodes={}:{}", job.min_nnodes, job.nnodes)

@@ -406,19 +406,8 @@ struct Terminal {
 
 // --- the fixture ------------------------------------------------------------------
 
-class Reliability : public IntegrationTest {
+class Reliability : public BackendTest {
   protected:
-    // Whether the agents meet over etcd (the test process's shared one) instead
-    // of a c10d store that node 0's agent hosts on m_port.
-    virtual bool etcd() const { return false; }
-
-    void SetUp() override {
-        IntegrationTest::SetUp();
-        if (etcd() && !SharedEtcd::get().ready()) GTEST_SKIP() << SharedEtcd::get().error();
-        for (pid_t member : SharedEtcd::pids()) add_service(member);
-    }
-    static void TearDownTestSuite() { SharedEtcd::stop(); }
-
     void TearDown() override {
         // Whatever is alive now in a process group or session of the job
         // outlived it (or, after a SIGKILLed ddprun, its grace).
