@@ -23,7 +23,7 @@ namespace {
 // Why an elastic job, which survives any other node, ends with node 0.
 constexpr const char* k_store_host_is_vital =
     "; an elastic job survives the loss of any node but node 0, whose agent hosts the "
-    "rendezvous store with --rdzv_backend=c10d";
+    "rendezvous store with --rdzv_backend=c10d (over --rdzv_backend=etcd any node may be lost)";
 
 // The round's stop when `node` stopped answering: `why` is how that was seen.
 FailureRecord node_lost(int node, const std::string& why) {
