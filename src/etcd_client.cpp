@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/text.hpp"
 #include "etcd_answers.hpp"
 #include "etcd_tls.hpp"
 
@@ -38,17 +39,20 @@ std::string describe(const Endpoint& endpoint) {
 
 }  // namespace
 
-std::int64_t revision_of(const json& kv) {
-    if (!kv.contains("mod_revision")) return 0;
-    const json& value = kv["mod_revision"];
+std::int64_t etcd_int64(const json& object, const char* name) {
+    if (!object.is_object() || !object.contains(name)) return 0;
+    const json& value = object[name];
     if (value.is_number_integer()) return value.get<std::int64_t>();
-    if (value.is_string()) {
-        try {
-            return std::stoll(value.get<std::string>());
-        } catch (const std::exception&) {
-        }
-    }
+    if (value.is_string()) return to_integer(value.get<std::string>()).value_or(0);
     return 0;
+}
+
+std::int64_t revision_of(const json& kv) {
+    return etcd_int64(kv, "mod_revision");
+}
+
+std::int64_t header_revision(const json& answer) {
+    return answer.contains("header") ? etcd_int64(answer["header"], "revision") : 0;
 }
 
 std::string etcd_base64(const std::string& raw) {

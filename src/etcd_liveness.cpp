@@ -13,19 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-// etcd's int64 fields arrive as JSON strings through the gateway.
-std::int64_t int64_field(const json& object, const char* name) {
-    if (!object.is_object() || !object.contains(name)) return 0;
-    const json& value = object[name];
-    if (value.is_number_integer()) return value.get<std::int64_t>();
-    if (value.is_string()) return to_integer(value.get<std::string>()).value_or(0);
-    return 0;
-}
-
-std::int64_t header_revision(const json& answer) {
-    return answer.contains("header") ? int64_field(answer["header"], "revision") : 0;
-}
-
 // The key right after every key that starts with `prefix`: a range's end.
 std::string prefix_end(std::string prefix) {
     prefix.back() = static_cast<char>(prefix.back() + 1);
@@ -54,7 +41,7 @@ std::string EtcdLiveness::round_prefix() const {
 std::int64_t EtcdLiveness::hold(const std::string& name, const std::string& value) {
     if (m_lease == 0) {
         json grant = m_client.call("/v3/lease/grant", {{"TTL", std::to_string(m_ttl_seconds)}});
-        m_lease = int64_field(grant, "ID");
+        m_lease = etcd_int64(grant, "ID");
         if (m_lease == 0)
             throw StoreError(StoreError::Kind::Other, "etcd granted no lease: " + grant.dump());
     }
@@ -81,7 +68,7 @@ void EtcdLiveness::keep_alive() {
     if (m_lease == 0) return;
     json answer = m_client.call("/v3/lease/keepalive", {{"ID", std::to_string(m_lease)}});
     const json& result = answer.contains("result") ? answer["result"] : answer;
-    if (int64_field(result, "TTL") <= 0)
+    if (etcd_int64(result, "TTL") <= 0)
         throw StoreError(StoreError::Kind::GivenUp,
                          fmt::format("rendezvous: the others gave this node up: its etcd lease "
                                      "expired (no renewal within {} s: was it frozen or cut off?)",

@@ -47,15 +47,6 @@ using Clock = std::chrono::steady_clock;
 // etcd's default --max-txn-ops: more operations in one transaction are refused.
 constexpr std::size_t k_max_txn_ops = 128;
 
-// etcd's integers arrive as JSON strings (int64 in the gateway's mapping).
-std::int64_t integer_field(const json& object, const char* name) {
-    if (!object.is_object() || !object.contains(name)) return 0;
-    const json& value = object[name];
-    if (value.is_number_integer()) return value.get<std::int64_t>();
-    if (value.is_string()) return to_integer(value.get<std::string>()).value_or(0);
-    return 0;
-}
-
 const json* first_kv(const json& range_answer) {
     if (!range_answer.is_object() || !range_answer.contains("kvs") ||
         !range_answer["kvs"].is_array() || range_answer["kvs"].empty())
@@ -71,10 +62,6 @@ const json& txn_response(const json& answer, std::size_t index, const char* kind
         !answer["responses"][index].contains(kind))
         return none;
     return answer["responses"][index][kind];
-}
-
-std::int64_t header_revision(const json& answer) {
-    return answer.contains("header") ? integer_field(answer["header"], "revision") : 0;
 }
 
 // A name for this connection's delta keys that no other agent's can share:
@@ -142,7 +129,7 @@ class EtcdStore final : public Store {
             json compare = {{"key", encoded(key)},
                             {"target", "MOD"},
                             {"result", "EQUAL"},
-                            {"mod_revision", std::to_string(integer_field(*kv, "mod_revision"))}};
+                            {"mod_revision", std::to_string(etcd_int64(*kv, "mod_revision"))}};
             json cas = {{"compare", json::array({compare})},
                         {"success", json::array({put(key, std::to_string(next))})}};
             if (m_client.call("/v3/kv/txn", cas).value("succeeded", false)) return next;
@@ -270,7 +257,7 @@ class EtcdStore final : public Store {
                                std::size_t first) const {
         CounterValue counter;
         const std::int64_t ones =
-            integer_field(txn_response(answer, first, "response_range"), "count");
+            etcd_int64(txn_response(answer, first, "response_range"), "count");
         counter.value = ones;
         counter.exists = ones > 0;
         const json& others = txn_response(answer, first + 1, "response_range");
@@ -308,7 +295,7 @@ class EtcdStore final : public Store {
         if (const json* kv = first_kv(range);
             kv != nullptr && etcd_unbase64(kv->value("key", std::string())) == etcd_key(key))
             return {etcd_unbase64(kv->value("value", std::string())), revision};
-        if (integer_field(range, "count") == 0) return {std::nullopt, revision};
+        if (etcd_int64(range, "count") == 0) return {std::nullopt, revision};
         // A counter: its value, read at once (K itself may have been set meanwhile).
         json txn = {{"compare", json::array({absent(key)})},
                     {"success", counter_reads(key)},
@@ -365,7 +352,7 @@ class EtcdStore final : public Store {
                                     {"count_only", true}}}});
             json answer = m_client.call("/v3/kv/txn", {{"success", ranges}});
             for (std::size_t i = first; i < last; ++i) {
-                if (integer_field(txn_response(answer, i - first, "response_range"), "count") > 0)
+                if (etcd_int64(txn_response(answer, i - first, "response_range"), "count") > 0)
                     continue;
                 if (result.keys.empty()) result.revision = header_revision(answer);
                 result.keys.push_back(keys[i]);

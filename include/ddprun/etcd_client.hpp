@@ -151,6 +151,10 @@ class EtcdClient {
 
 // A key-value's mod revision (the gateway writes int64 as a string).
 std::int64_t revision_of(const nlohmann::json& kv);
+// An int64 field of an answer (the gateway writes int64 as a string), 0 if absent.
+std::int64_t etcd_int64(const nlohmann::json& object, const char* name);
+// The revision in an answer's header, 0 if none.
+std::int64_t header_revision(const nlohmann::json& answer);
 
 // base64, as the gateway carries keys and values.
 std::string etcd_base64(const std::string& raw);
