@@ -464,10 +464,10 @@ void copy_error(const std::string& message, char* error, std::size_t error_len) 
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) ddprun::Store* ddprun_open_tcp_store_v3(
+extern "C" __attribute__((visibility("default"))) ddprun::Store* ddprun_open_tcp_store_v4(
     const char* host, int port, int is_server, long timeout_ms, int* error_kind, char* error,
     std::size_t error_len) {
-    static_assert(std::is_same_v<decltype(&ddprun_open_tcp_store_v3), ddprun::StorePluginEntry>);
+    static_assert(std::is_same_v<decltype(&ddprun_open_tcp_store_v4), ddprun::StorePluginEntry>);
     try {
         // ddprun speaks for itself in one-line messages; c10d's glog lines
         // stay off unless the user asks for them the way torch documents.

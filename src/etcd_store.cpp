@@ -7,19 +7,19 @@
 // joined, then finished, acks). A read and a compare-and-set on the counter's
 // key, retried when another agent wrote in between, costs about as many
 // transactions per agent as there are agents ahead of it: close to N^2 in all
-// (1024 agents took 65 s to join, docs/scale.md). Instead, add(K, d) is one
-// transaction that puts a key of its own, K "\0" kind id, and counts those
-// keys in the same transaction. A transaction is atomic and etcd orders every
-// write by its revision, so the count it returns is the counter's value as
-// of that put: each add gets a distinct, exact result (as c10d's add does)
-// and none is ever retried, whatever the contention.
+// (1024 agents took 65 s to join, docs/scale.md). Instead, add(K, 1) is one
+// transaction that puts K "\0" "1" and reads it back: etcd counts the puts to a
+// key in its `version`, and a transaction is atomic and ordered by revision,
+// so the version it reads is the counter's value as of that put. Each add gets
+// a distinct, exact result (as c10d's add does), none is ever retried, and
+// none costs more as the count grows (counting a key per add, as this did
+// before, made etcd walk N keys per add: docs/scale.md).
 //  - "\0" because the rendezvous builds its keys from text: no key of its own
 //    holds a NUL byte, so the counter "joined" and the record "joined/3"
 //    cannot be confused, and [K, K "\x01") holds exactly K and its deltas:
 //    one range, or one watch, sees both.
-//  - Deltas of 1 (almost every add) are K "\0" "1" id, counted with
-//    count_only: etcd sends no values. Other deltas are K "\0" "n" id and are
-//    summed; add(K, 0) writes nothing, it only reads.
+//  - Other deltas than 1 are keys of their own, K "\0" "n" id, summed with
+//    the ones; add(K, 0) writes nothing, it only reads.
 //  - A value written to K itself (set(), compare_set(), or a stray writer's
 //    garbage) is the key's value while it exists, deltas or not, as set()
 //    replaces a c10d counter; add() then adds to it with compare-and-set, the
@@ -111,13 +111,7 @@ class EtcdStore final : public Store {
             json txn = {{"compare", json::array({absent(key)})},
                         {"success", counter_reads(key)},
                         {"failure", json::array({{{"request_range", {{"key", encoded(key)}}}}})}};
-            if (delta != 0) {
-                const std::string kind = delta == 1 ? "1" : "n";
-                txn["success"].insert(
-                    txn["success"].begin(),
-                    put_raw(counter_base(key) + kind + fmt::format("{}.{}", m_id, ++m_adds),
-                            std::to_string(delta)));
-            }
+            if (delta != 0) txn["success"].insert(txn["success"].begin(), counter_put(key, delta));
             json answer = m_client.call("/v3/kv/txn", txn);
             const std::size_t first = delta != 0 ? 1 : 0;
             if (answer.value("succeeded", false)) return counter_value(key, answer, first).value;
@@ -155,33 +149,53 @@ class EtcdStore final : public Store {
     }
 
     // One transaction instead of 2 + records.size() requests: the claim, the
-    // records, the counter's delta and its count. When the counter's key itself holds
-    // a value (set(), or a stray writer's garbage) add() must read it: the calls one
-    // by one then, as the default does.
+    // records, the counter's delta and its count, and the peeks. When the counter's
+    // key itself holds a value (set(), or a stray writer's garbage) add() must read
+    // it: the calls one by one then, as the default does.
     Claim claim(const std::string& key, const std::string& value,
                 const std::vector<std::pair<std::string, std::string>>& records,
-                const std::string& counter, const std::string& peek) override {
+                const std::string& counter, const std::vector<std::string>& peeks) override {
         json success = json::array({put(key, value)});
         for (const auto& [record_key, record] : records) success.push_back(put(record_key, record));
-        success.push_back(
-            put_raw(counter_base(counter) + "1" + fmt::format("{}.{}", m_id, ++m_adds), "1"));
+        success.push_back(counter_put(counter, 1));
         const std::size_t first_read = success.size();
         for (json& read : counter_reads(counter)) success.push_back(std::move(read));
-        const std::size_t peek_read = success.size();
-        if (!peek.empty()) success.push_back({{"request_range", {{"key", encoded(peek)}}}});
+        const std::size_t first_peek = success.size();
+        for (const auto& peek : peeks) success.push_back({{"request_range", read_request(peek)}});
         json txn = {{"compare", json::array({absent(key), absent(counter)})},
                     {"success", std::move(success)},
                     {"failure", json::array({{{"request_range", {{"key", encoded(key)}}}}})}};
         json answer = m_client.call("/v3/kv/txn", txn);
         if (answer.value("succeeded", false)) {
-            Claim claimed{value, counter_value(counter, answer, first_read).value, std::nullopt};
-            if (const json* kv = first_kv(txn_response(answer, peek_read, "response_range")))
-                claimed.peeked = etcd_unbase64(kv->value("value", std::string()));
+            Claim claimed{value, counter_value(counter, answer, first_read).value, {}, 0};
+            claimed.revision = header_revision(answer);
+            for (std::size_t i = 0; i < peeks.size(); ++i) {
+                auto [peeked, read_at] =
+                    read_answer(peeks[i], txn_response(answer, first_peek + i, "response_range"),
+                                claimed.revision);
+                // A counter's value took a read of its own, after the claim.
+                if (read_at != claimed.revision) claimed.revision = 0;
+                claimed.peeked.push_back(std::move(peeked));
+            }
             return claimed;
         }
         if (const json* kv = first_kv(txn_response(answer, 0, "response_range")))
-            return {etcd_unbase64(kv->value("value", std::string())), 0, std::nullopt};
-        return Store::claim(key, value, records, counter);
+            return {etcd_unbase64(kv->value("value", std::string())), 0,
+                    std::vector<std::optional<std::string>>(peeks.size()), 0};
+        return Store::claim(key, value, records, counter, peeks);
+    }
+
+    std::vector<std::string> wait_get_after(const std::vector<std::string>& keys,
+                                            std::int64_t revision,
+                                            std::chrono::milliseconds timeout) override {
+        if (revision <= 0) return wait_get(keys, timeout);
+        // Each key was missing at `revision`: a watch from there sees its put, past or
+        // future, without reading it first.
+        const auto deadline = Clock::now() + timeout;
+        std::vector<std::string> values;
+        values.reserve(keys.size());
+        for (const auto& key : keys) values.push_back(wait_for_value(key, revision, deadline));
+        return values;
     }
 
     bool check(const std::vector<std::string>& keys) override {
@@ -236,14 +250,18 @@ class EtcdStore final : public Store {
                 {"create_revision", "0"}};
     }
 
-    // The two reads that give a counter's value: how many deltas of 1, and the others.
+    // A delta's put: to K "\0" "1" for 1 (its version counts them), else a key of its own.
+    json counter_put(const std::string& key, std::int64_t delta) {
+        if (delta == 1) return put_raw(counter_base(key) + "1", "1");
+        return put_raw(counter_base(key) + "n" + fmt::format("{}.{}", m_id, ++m_adds),
+                       std::to_string(delta));
+    }
+
+    // The two reads that give a counter's value: the ones' key, and the other deltas.
     json counter_reads(const std::string& key) const {
         const std::string base = counter_base(key);
         return json::array(
-            {{{"request_range",
-               {{"key", etcd_base64(base + "1")},
-                {"range_end", etcd_base64(base + "2")},
-                {"count_only", true}}}},
+            {{{"request_range", {{"key", etcd_base64(base + "1")}}}},
              {{"request_range",
                {{"key", etcd_base64(base + "n")}, {"range_end", etcd_base64(base + "o")}}}}});
     }
@@ -256,10 +274,10 @@ class EtcdStore final : public Store {
     CounterValue counter_value(const std::string& key, const json& answer,
                                std::size_t first) const {
         CounterValue counter;
-        const std::int64_t ones =
-            etcd_int64(txn_response(answer, first, "response_range"), "count");
-        counter.value = ones;
-        counter.exists = ones > 0;
+        if (const json* ones = first_kv(txn_response(answer, first, "response_range"))) {
+            counter.value = etcd_int64(*ones, "version");
+            counter.exists = true;
+        }
         const json& others = txn_response(answer, first + 1, "response_range");
         if (others.is_object() && others.contains("kvs") && others["kvs"].is_array()) {
             for (const json& kv : others["kvs"]) {
@@ -376,7 +394,7 @@ class EtcdStore final : public Store {
 
     EtcdStoreOptions m_options;
     EtcdClient m_client;
-    std::string m_id;          // of this connection's deltas
+    std::string m_id;          // of this connection's deltas other than 1
     std::uint64_t m_adds = 0;  // deltas written through this connection
 };
 

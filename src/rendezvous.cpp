@@ -58,12 +58,13 @@ void Rendezvous::set_join_progress(milliseconds interval, ProgressReport report)
     m_report_progress = std::move(report);
 }
 
-std::vector<std::string> Rendezvous::wait_joining(const std::vector<std::string>& keys) {
+std::vector<std::string> Rendezvous::wait_joining(const std::vector<std::string>& keys,
+                                                  std::int64_t missing_at) {
     for (;;) {
         const auto until = std::min(m_join.deadline, m_join.next_report);
         auto slice = std::chrono::duration_cast<milliseconds>(until - Clock::now());
         try {
-            return m_store.wait_get(keys, std::max(slice, milliseconds(1)));
+            return m_store.wait_get_after(keys, missing_at, std::max(slice, milliseconds(1)));
         } catch (const StoreError& error) {
             if (error.kind() != StoreError::Kind::Timeout) throw;
         }
@@ -147,13 +148,17 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
         const std::string claim = detail::claim_json(m_agent_id, me.host, me.pid);
         // The claim, this node's record (and node 0's under "zero", which an abort sets
         // empty: the others must not wait for a node 0 that will never join) and its
-        // add to "joined", in one request where the store can (etcd: docs/scale.md).
+        // add to "joined", in one request where the store can (etcd: docs/scale.md),
+        // which also reads the result (there already when the round was aborted) and,
+        // for the others, node 0's record.
         std::vector<std::pair<std::string, std::string>> records{
             {key(round, fmt::format("info/{}", me.node_rank)), to_json(me)}};
         if (me.node_rank == 0) records.emplace_back(key(round, "zero"), records.front().second);
-        // The others read "zero" in the same request, when the store can.
-        const Store::Claim claimed = m_store.claim(claim_key, claim, records, key(round, "joined"),
-                                                   me.node_rank == 0 ? "" : key(round, "zero"));
+        const std::string result_key = key(round, "result");
+        std::vector<std::string> peeks{result_key};
+        if (me.node_rank != 0) peeks.push_back(key(round, "zero"));
+        const Store::Claim claimed =
+            m_store.claim(claim_key, claim, records, key(round, "joined"), peeks);
         const std::string& holder = claimed.holder;
         if (holder != claim) {
             std::string message = fmt::format(
@@ -167,21 +172,24 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
             if (detail::is_membership(result)) return std::unexpected(rendezvous_error(message));
             return read_result(round, me);
         }
+        const std::optional<std::string>& result = claimed.peeked.front();
+        if (result) return parse_round_result(*result, result_key, m_run_id, round, me);
 
-        // Node 0 waits for "joined/<its nnodes>": it learns that enough agents
-        // joined even when they disagree on how many are enough.
-        m_store.set(key(round, fmt::format("joined/{}", claimed.count)),
-                    detail::joined_json(me.node_rank, nnodes));
+        // Node 0 waits for "joined/<its nnodes>", written by the agent whose add completed
+        // that count. An agent that expects another count than node 0 ends the round.
+        const bool agrees = me.node_rank == 0 ||
+                            check_node_zero(round, me, claimed.peeked.back(), claimed.revision);
+        if (agrees && claimed.count == nnodes)
+            m_store.set(key(round, fmt::format("joined/{}", claimed.count)),
+                        detail::joined_json(me.node_rank, nnodes));
         if (me.node_rank == 0) {
             if (auto error = collect(round, me)) {
                 abort_join(round, error->message, error->exit_code, nnodes);
             }
-        } else {
-            check_node_zero(round, me, claimed.peeked);
         }
-        const std::string result_key = key(round, "result");
-        return parse_round_result(wait_joining({result_key}).front(), result_key, m_run_id, round,
-                                  me);
+        // The result was missing at the claim: watched from there, where the store can.
+        return parse_round_result(wait_joining({result_key}, claimed.revision).front(), result_key,
+                                  m_run_id, round, me);
     } catch (const JoinTimedOut&) {
         try {
             return join_timed_out(round, me, timeout);
@@ -247,23 +255,29 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
 
 // Node 0 waits for as many agents as it expects: if this agent expects a
 // different number, one of the two would wait forever. Node 0 checks the rest.
-void Rendezvous::check_node_zero(int round, const NodeInfo& me,
-                                 const std::optional<std::string>& peeked) {
+// Returns whether node 0's record is there and agrees; if not, the round is over.
+bool Rendezvous::check_node_zero(int round, const NodeInfo& me,
+                                 const std::optional<std::string>& peeked,
+                                 std::int64_t missing_at) {
     const std::string zero_key = key(round, "zero");
-    std::string record = peeked ? *peeked : wait_joining({zero_key}).front();
-    if (record.empty()) return;  // aborted, maybe before node 0 joined
+    std::string record = peeked ? *peeked : wait_joining({zero_key}, missing_at).front();
+    if (record.empty()) return false;  // aborted, maybe before node 0 joined
     auto zero = parse_node_info(record);
     if (!zero) {
         abort_join(round, detail::malformed(zero_key, zero.error()), exit_code::kRendezvous,
                    me.fingerprint.nnodes);
-    } else if (zero->fingerprint.nnodes != me.fingerprint.nnodes ||
-               zero->fingerprint.min() != me.fingerprint.min()) {
+        return false;
+    }
+    if (zero->fingerprint.nnodes != me.fingerprint.nnodes ||
+        zero->fingerprint.min() != me.fingerprint.min()) {
         auto text = [](const Fingerprint& f) { return nnodes_text(f.min(), f.nnodes); };
         abort_join(
             round,
             detail::nnodes_mismatch(text(zero->fingerprint), text(me.fingerprint), me.node_rank),
             exit_code::kRendezvous, zero->fingerprint.nnodes);
+        return false;
     }
+    return true;
 }
 
 // Ends the join for every agent still in it; returns the round's result,

@@ -51,7 +51,6 @@ struct RoundMembership {
     std::string change;               // elastic: how the membership changed, for the log
     int node_rank = 0;                // this agent's
     std::vector<int> nproc_per_node;  // by node rank; ranks are their prefix sums
-    std::vector<std::string> hosts;   // by node rank
     std::string master_addr;          // node 0's addr
     int master_port = 0;              // node 0's master_port
 };

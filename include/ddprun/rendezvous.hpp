@@ -124,12 +124,16 @@ class Rendezvous {
     // Waits for `keys` until the join's deadline (throws JoinTimedOut past it),
     // in slices of at most the progress interval, reporting after each; returns
     // their values (Store::wait_get).
-    std::vector<std::string> wait_joining(const std::vector<std::string>& keys);
+    // `missing_at`: the store's revision at which the keys were missing (Store::Claim).
+    std::vector<std::string> wait_joining(const std::vector<std::string>& keys,
+                                          std::int64_t missing_at = 0);
     void report_waiting();
 
     std::optional<Error> collect(int round, const NodeInfo& me);
-    // `peeked`: node 0's record as the claim read it, if it was there already.
-    void check_node_zero(int round, const NodeInfo& me, const std::optional<std::string>& peeked);
+    // `peeked`: node 0's record as the claim (at revision `missing_at`) read it, if
+    // it was there already.
+    bool check_node_zero(int round, const NodeInfo& me, const std::optional<std::string>& peeked,
+                         std::int64_t missing_at);
     std::string abort_join(int round, const std::string& message, int exit_code, int nnodes);
     std::expected<RoundMembership, Error> read_result(int round, const NodeInfo& me);
     std::expected<RoundMembership, Error> join_timed_out(int round, const NodeInfo& me,

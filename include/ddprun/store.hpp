@@ -58,28 +58,39 @@ class Store {
     }
     // What claim() leaves: the claimed key's value after the call (`value` if this
     // caller won it), the counter's value after this caller's add (0 if it lost),
-    // and the value of `peek` if the store read it on the way and it exists.
+    // the value of each of `peeks` that the store read on the way and found, and
+    // the store's revision the claim was made at where it has one (etcd), else 0.
     struct Claim {
         std::string holder;
         std::int64_t count = 0;
-        std::optional<std::string> peeked;
+        std::vector<std::optional<std::string>> peeked;  // one per peek
+        std::int64_t revision = 0;
     };
     // compare_set(key, "", value); if that won, set() each of `records` and
     // add(counter, 1). A rendezvous joiner does exactly this, and over etcd every
     // request costs the server about 0.3 ms of CPU (docs/scale.md): a store that
     // can do it in one atomic request (etcd: one transaction) overrides it, and
-    // may then read `peek` (if not empty) in the same request, which saves the
-    // caller a read. The keys and values are those the separate calls would have
+    // may then read `peeks` in the same request, which saves the caller a read
+    // each. The keys and values are those the separate calls would have
     // written; the default reads nothing more.
     virtual Claim claim(const std::string& key, const std::string& value,
                         const std::vector<std::pair<std::string, std::string>>& records,
-                        const std::string& counter, const std::string& peek = {}) {
-        (void)peek;
-        Claim claimed{compare_set(key, "", value), 0, std::nullopt};
+                        const std::string& counter, const std::vector<std::string>& peeks = {}) {
+        Claim claimed{compare_set(key, "", value), 0, {}, 0};
+        claimed.peeked.resize(peeks.size());
         if (claimed.holder != value) return claimed;
         for (const auto& [record_key, record] : records) set(record_key, record);
         claimed.count = add(counter, 1);
         return claimed;
+    }
+    // wait_get() of keys that a claim() at `revision` (Claim::revision) peeked
+    // and did not find: a store with revisions (etcd) watches them from there,
+    // one request instead of a read and a watch. Revision 0: wait_get().
+    virtual std::vector<std::string> wait_get_after(const std::vector<std::string>& keys,
+                                                    std::int64_t revision,
+                                                    std::chrono::milliseconds timeout) {
+        (void)revision;
+        return wait_get(keys, timeout);
     }
     // A second connection to the same store, for use from another thread.
     virtual std::unique_ptr<Store> clone() = 0;
@@ -108,11 +119,11 @@ bool tcp_store_available();
 
 // The plugin's entry point, looked up with dlsym. The version is in the name so
 // that a plugin left over from a build with a different Store cannot be used
-// (v2: Store gained wait_get; v3: claim).
+// (v2: Store gained wait_get; v3: claim; v4: claim's peeks and revision, wait_get_after).
 // On failure it returns null, sets *error_kind to a StoreError::Kind and writes
 // a one-line message (NUL-terminated, truncated to error_len) to error.
 inline constexpr const char* k_store_plugin_name = "libddprun_store.so";
-inline constexpr const char* k_store_plugin_entry = "ddprun_open_tcp_store_v3";
+inline constexpr const char* k_store_plugin_entry = "ddprun_open_tcp_store_v4";
 using StorePluginEntry = Store* (*)(const char* host, int port, int is_server, long timeout_ms,
                                     int* error_kind, char* error, std::size_t error_len);
 

@@ -233,13 +233,15 @@ TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
         SCOPED_TRACE(c.key);
         m_run_id += "x";
         Job job;
-        // Node 1's workers finish at once (so the barrier counts); node 0's wait.
-        const std::vector<std::string> actions = {"ready",   m_dir + "/ready.{rank}",
-                                                  "if-rank", "2",
-                                                  "exit",    "0",
-                                                  "if-rank", "3",
-                                                  "exit",    "0",
-                                                  "sleep",   "300"};
+        // Node 1's workers finish (so the barrier counts) once node 0's run; those wait.
+        const std::vector<std::string> actions = {"ready",     m_dir + "/ready.{rank}",
+                                                  "wait-file", m_dir + "/ready.0",
+                                                  "wait-file", m_dir + "/ready.1",
+                                                  "if-rank",   "2",
+                                                  "exit",      "0",
+                                                  "if-rank",   "3",
+                                                  "exit",      "0",
+                                                  "sleep",     "300"};
         std::vector<std::unique_ptr<DdprunProcess>> agents;
         agents.push_back(
             start_node(job, {.node_rank = 0, .addr = "127.0.0.1", .actions = actions}));

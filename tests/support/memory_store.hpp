@@ -71,12 +71,21 @@ class CountingStore final : public Store {
             m_bytes += 2 * keys[i].size() + values[i].size();
         return values;
     }
+    std::vector<std::string> wait_get_after(const std::vector<std::string>& keys,
+                                            std::int64_t revision,
+                                            std::chrono::milliseconds timeout) override {
+        m_ops += 1 + static_cast<int>(keys.size());
+        std::vector<std::string> values = m_inner->wait_get_after(keys, revision, timeout);
+        for (std::size_t i = 0; i < keys.size(); ++i)
+            m_bytes += 2 * keys[i].size() + values[i].size();
+        return values;
+    }
     // Counted as the calls it stands for (a compare_set, a set per record, an add),
     // as wait_get is, and passed on whole so that etcd makes it one transaction.
     Claim claim(const std::string& key, const std::string& value,
                 const std::vector<std::pair<std::string, std::string>>& records,
-                const std::string& counter, const std::string& peek) override {
-        Claim claimed = m_inner->claim(key, value, records, counter, peek);
+                const std::string& counter, const std::vector<std::string>& peeks) override {
+        Claim claimed = m_inner->claim(key, value, records, counter, peeks);
         ++m_ops;
         m_bytes += key.size() + value.size() + claimed.holder.size();
         if (claimed.holder != value) return claimed;
@@ -84,7 +93,8 @@ class CountingStore final : public Store {
         m_bytes += counter.size() + sizeof claimed.count * 2;
         for (const auto& [record_key, record] : records)
             m_bytes += record_key.size() + record.size();
-        if (claimed.peeked) m_bytes += peek.size() + claimed.peeked->size();
+        for (std::size_t i = 0; i < peeks.size(); ++i)
+            if (claimed.peeked[i]) m_bytes += peeks[i].size() + claimed.peeked[i]->size();
         return claimed;
     }
     std::unique_ptr<Store> clone() override {
