@@ -49,6 +49,7 @@ Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<
 std::optional<Error> Coordinator::arrive() {
     if (!m_options.elastic) return std::nullopt;
     try {
+        if (auto ended = ElasticMember::ended(*m_store, m_options.run_id)) return ended;
         m_round = -1;  // no round joined yet: heartbeats only
         m_agent = ElasticMember::arrive(*m_store, m_options.run_id);
         m_member = std::make_unique<ElasticMember>(*m_store, m_options.run_id, m_agent);

@@ -41,6 +41,17 @@ bool timed_out(const StoreError& error) {
     return error.kind() == StoreError::Kind::Timeout;
 }
 
+// The job's end as its leader published it ("closed"), if it did: the answer every
+// agent still waiting gets, or why the record cannot be read. Throws StoreError.
+std::optional<std::expected<detail::ElasticAnswer, Error>> read_closed(Store& store,
+                                                                       const std::string& run_id) {
+    const std::string closed_key = elastic_key(run_id, "closed");
+    if (!store.check({closed_key})) return std::nullopt;
+    auto end = detail::parse_answer(store.get(closed_key));
+    if (!end) return std::unexpected(rendezvous_error(detail::malformed(closed_key, end.error())));
+    return *end;
+}
+
 }  // namespace
 
 std::string elastic_key(const std::string& run_id, std::string_view name) {
@@ -64,6 +75,16 @@ std::string queue_key(const std::string& run_id, int leader, std::string_view na
 
 ElasticMember::ElasticMember(Store& store, std::string run_id, int agent)
     : m_store(store), m_run_id(std::move(run_id)), m_agent(agent) {}
+
+std::optional<Error> ElasticMember::ended(Store& store, const std::string& run_id) {
+    auto closed = read_closed(store, run_id);
+    if (!closed) return std::nullopt;
+    if (!*closed) return closed->error();
+    return rendezvous_error(fmt::format(
+        "rendezvous: run {} already ended ({}); its records are still in the store, e.g. an "
+        "earlier job's with the same --rdzv_id: give this job its own --rdzv_id",
+        detail::quote_value(run_id), (*closed)->message));
+}
 
 int ElasticMember::arrive(Store& store, const std::string& run_id) {
     return static_cast<int>(store.add(elastic_key(run_id, "arrivals"), 1) - 1);
@@ -117,13 +138,9 @@ std::expected<RoundMembership, Error> ElasticMember::join(
                     continue;
                 }
                 // The job ended before the leader read this agent's event.
-                if (const std::string closed_key = elastic_key(m_run_id, "closed");
-                    m_store.check({closed_key})) {
-                    auto end = detail::parse_answer(m_store.get(closed_key));
-                    if (!end)
-                        return std::unexpected(
-                            rendezvous_error(detail::malformed(closed_key, end.error())));
-                    return std::unexpected(Error{end->message, end->exit_code});
+                if (auto closed = read_closed(m_store, m_run_id)) {
+                    if (!*closed) return std::unexpected(closed->error());
+                    return std::unexpected(Error{(*closed)->message, (*closed)->exit_code});
                 }
                 // A fixed-size job's node 0 never answers: its record says so.
                 const std::string zero_key = round_key(m_run_id, 0, "zero");

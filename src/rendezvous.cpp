@@ -129,6 +129,7 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
                 // The store's host is node 0; without one the first to come is.
                 std::int64_t assigned = m_store.add(key(round, "assign"), 1) - (hosted ? 0 : 1);
                 if (assigned >= nnodes) {
+                    if (auto ended = ended_before(round)) return std::unexpected(*ended);
                     return std::unexpected(rendezvous_error(fmt::format(
                         "rendezvous: more agents than --nnodes={} joined round {} of run {}; "
                         "this one ({}) is one too many",
@@ -161,6 +162,7 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
             m_store.claim(claim_key, claim, records, key(round, "joined"), peeks);
         const std::string& holder = claimed.holder;
         if (holder != claim) {
+            if (auto ended = ended_before(round)) return std::unexpected(*ended);
             std::string message = fmt::format(
                 "rendezvous: node rank {} is claimed by two agents, {} and {}: give each node "
                 "its own --node_rank (0 to {}) or omit it to assign ranks in join order",
@@ -210,6 +212,17 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
         }
         return std::unexpected(failed);
     }
+}
+
+// A round that already stopped was joined by agents of an earlier job under the
+// same run id (over etcd a run's keys outlive it) or this agent came too late:
+// either way it is not this agent's to join, and nothing of it is touched.
+std::optional<Error> Rendezvous::ended_before(int round) {
+    if (!m_store.check({key(round, "stop")})) return std::nullopt;
+    return rendezvous_error(fmt::format(
+        "rendezvous: round {} of run {} already ran and ended (its records are still in the "
+        "store, e.g. an earlier job's with the same --rdzv_id): give this job its own --rdzv_id",
+        round, detail::quote_value(m_run_id)));
 }
 
 // Node 0 checks the records once everyone has joined and publishes the

@@ -31,6 +31,7 @@
 #include <expected>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,10 @@ class ElasticMember {
   public:
     ElasticMember(Store& store, std::string run_id, int agent);
 
+    // Why an agent cannot arrive: the job under `run_id` already ended (over etcd a
+    // run's keys outlive it, and a later job may reuse its run id). nullopt if it did
+    // not. Throws StoreError.
+    static std::optional<Error> ended(Store& store, const std::string& run_id);
     // Arrives: returns this agent's id (ids count arrivals from 0). Throws StoreError.
     static int arrive(Store& store, const std::string& run_id);
 

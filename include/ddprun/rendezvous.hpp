@@ -130,6 +130,8 @@ class Rendezvous {
     void report_waiting();
 
     std::optional<Error> collect(int round, const NodeInfo& me);
+    // Why `round` cannot be joined when it already stopped; nullopt if it did not.
+    std::optional<Error> ended_before(int round);
     // `peeked`: node 0's record as the claim (at revision `missing_at`) read it, if
     // it was there already.
     bool check_node_zero(int round, const NodeInfo& me, const std::optional<std::string>& peeked,

@@ -274,6 +274,48 @@ TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
     }
 }
 
+// A job run again under the run id of one that ended on the same etcd (whose keys
+// outlive it): one line, exit 75, no worker, the old records left alone. Fixed-size
+// (ranks given, then assigned) and elastic.
+TEST_F(EtcdTest, AJobRunAgainUnderTheSameRunIdIsOneLine) {
+    Job job;
+    auto first = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"exit", "0"}},
+                                 {.addr = "127.0.0.2", .actions = {"exit", "0"}}});
+    ASSERT_EQ(exit_codes(first), (std::vector<int>{0, 0})) << describe_all(first);
+    const auto workers = recorded_pids().size();
+    for (bool assigned : {false, true}) {
+        SCOPED_TRACE(assigned ? "ranks assigned" : "ranks given");
+        auto again = run_nodes(
+            job, {{.node_rank = assigned ? -1 : 0, .addr = "127.0.0.1", .actions = {"exit", "0"}},
+                  {.node_rank = assigned ? -1 : 1, .addr = "127.0.0.2", .actions = {"exit", "0"}}});
+        EXPECT_EQ(exit_codes(again), (std::vector<int>{k_rendezvous_exit, k_rendezvous_exit}))
+            << describe_all(again);
+        for (const auto& result : again)
+            EXPECT_EQ(own_lines_with(result.err, {"round 0 of run", "already ran and ended",
+                                                  "give this job its own --rdzv_id"})
+                          .size(),
+                      1u)
+                << describe_all(again);
+    }
+    EXPECT_EQ(recorded_pids().size(), workers) << "no worker may start";
+
+    m_run_id += "-elastic";
+    Job elastic;
+    elastic.min_nnodes = 1;
+    elastic.conf["last_call_timeout"] = "1";  // the first round without a second agent
+    auto once = run_nodes(elastic, {{.addr = "127.0.0.1", .actions = {"exit", "0"}}});
+    ASSERT_EQ(exit_codes(once), (std::vector<int>{0})) << describe_all(once);
+    const auto elastic_workers = recorded_pids().size();
+    auto twice = run_nodes(elastic, {{.addr = "127.0.0.1", .actions = {"exit", "0"}}});
+    EXPECT_EQ(exit_codes(twice), (std::vector<int>{k_rendezvous_exit})) << describe_all(twice);
+    EXPECT_EQ(own_lines_with(twice[0].err, {"already ended (the job has finished",
+                                            "give this job its own --rdzv_id"})
+                  .size(),
+              1u)
+        << describe_all(twice);
+    EXPECT_EQ(recorded_pids().size(), elastic_workers) << "no worker may start";
+}
+
 // An elastic job's leader record (who leads) holding garbage: one line, no worker.
 TEST_F(EtcdTest, AStrayLeaderRecordOfAnElasticJobIsOneLine) {
     ddprun::EtcdClient writer({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});

@@ -556,6 +556,29 @@ TEST(RendezvousJoin, UnreadableClaimIsStillADuplicate) {
         << error_of(results[0]);
 }
 
+// A second job under the run id of one that ended (over etcd a run's keys outlive
+// it): every agent says so in one line, with ranks assigned or given, and leaves
+// the old records alone.
+TEST(RendezvousJoin, ARoundThatAlreadyEndedIsNotJoined) {
+    auto store = make_memory_store(5s);
+    auto first = join_all(*store, unranked(2), 5s);
+    for (const auto& result : first) ASSERT_TRUE(result.joined) << error_of(result);
+    Rendezvous(*store, "job").publish_finished(0, 1);  // the stop of a 1-of-1 count: Done
+    const std::string result_before = store->get("ddprun/job/r0/result");
+    for (const auto& agents :
+         {unranked(2), std::vector<Agent>{{node(2, 0), false}, {node(2, 1), false}}}) {
+        auto again = join_all(*store, agents, 5s);
+        for (const auto& result : again) {
+            ASSERT_FALSE(result.joined);
+            EXPECT_EQ(error_of(result),
+                      "rendezvous: round 0 of run 'job' already ran and ended (its records are "
+                      "still in the store, e.g. an earlier job's with the same --rdzv_id): give "
+                      "this job its own --rdzv_id");
+        }
+    }
+    EXPECT_EQ(store->get("ddprun/job/r0/result"), result_before);
+}
+
 // ---------------------------------------------------------------------------
 // Records
 
