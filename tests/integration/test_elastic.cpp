@@ -317,7 +317,8 @@ TEST_P(ElasticBackendTest, AStopSignalToOneNodeMakesItLeaveAndTheOthersGoOnAtOnc
 TEST_P(ElasticBackendTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnlyThose) {
     Job job = elastic_job(2, 3);
     job.flags.push_back("--shutdown_timeout=300");  // a grace the test would notice
-    auto agents = start_agents(job, 3, recorders({"ignore-term", "sleep", "300"}));
+    // The workers ignore SIGTERM, saying so: the test knows when a node's stop began.
+    auto agents = start_agents(job, 3, recorders({"trap", "SIGTERM", "sleep", "300"}));
     ASSERT_TRUE(wait_round(0, 3, agents));
     agents[2]->send_signal(SIGTERM);
     ASSERT_TRUE(agents[2]->wait_for_output("leaving the job", 10s, true)) << stderr_of(agents);
@@ -328,6 +329,9 @@ TEST_P(ElasticBackendTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnly
     // ended it), so no new round yet; they are stopped by the test.
     EXPECT_EQ(rounds().size(), 1u);
     for (std::size_t i : {0u, 1u}) {
+        // Once the re-forming stop reached it (its worker got SIGTERM): a signal before
+        // would make this node leave too (found by CI).
+        ASSERT_TRUE(agents[i]->wait_for_output("got SIGTERM", 10s)) << stderr_of(agents);
         // One at a time: two signals pending at once are one.
         agents[i]->send_signal(SIGTERM);
         ASSERT_TRUE(agents[i]->wait_for_output("already stopping", 10s, true)) << stderr_of(agents);
