@@ -95,6 +95,8 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
 RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     phase = Phase::Running;
     stop_signal = 0;
+    if (hang_stop && hang_stop->capture.joinable()) hang_stop->capture.join();
+    hang_stop.reset();
     auto started = workers.start(round, info);
     if (!started) {
         spdlog::error("{}", started.error().message);
@@ -107,11 +109,14 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
         kill_now();
     } else if (stop_event && stop_event->kind != StopEvent::Kind::Done) {
         begin_stop(SIGTERM);  // another node failed while this one was still starting
+    } else {
+        watch_hangs();
     }
     spdlog::debug("round {}: {} worker(s) started, MASTER_ADDR={} MASTER_PORT={}", round,
                   workers.running(), info.master_addr, info.master_port);
     run_until([this] { return phase == Phase::Done; });
     for (const auto& problem : workers.finish()) spdlog::error("{}", problem);
+    keep_hang_stacks();
     if (!started) return {RoundResult::Kind::Aborted, started.error().exit_code};
     return round_result();
 }
@@ -125,7 +130,9 @@ RoundResult Agent::Impl::round_result() {
         case StopEvent::Kind::Reform:
             return {RoundResult::Kind::Reformed, exit_code::kSuccess};
         case StopEvent::Kind::Failure:
-            if (stop_event->failure.kind == FailureKind::Worker)
+            // A hang is a failure like a worker's: --max_restarts applies.
+            if (stop_event->failure.kind == FailureKind::Worker ||
+                stop_event->failure.kind == FailureKind::Hang)
                 return {RoundResult::Kind::Failed, stop_event->exit_code};
             spdlog::error("{}", stop_event->failure.message);
             return {RoundResult::Kind::Aborted, stop_event->exit_code};
@@ -137,6 +144,18 @@ RoundResult Agent::Impl::round_result() {
 }
 
 int Agent::Impl::report_failure(const std::string& title) {
+    if (stop_event && stop_event->kind == StopEvent::Kind::Failure &&
+        stop_event->failure.kind == FailureKind::Hang) {
+        std::fflush(stdout);
+        std::fputs(format_hang_summary(
+                       title, stop_event->exit_code, stop_event->failure.message,
+                       hang_stop ? describe_progress(hang_stop->progress) : std::string(),
+                       hang_stop ? hang_stop->rank_lines : std::vector<std::string>{})
+                       .c_str(),
+                   stderr);
+        std::fflush(stderr);
+        return stop_event->exit_code;
+    }
     const bool speaks_for_all = shared_console() && node_rank == 0;
     auto summary = summarize_failure(
         title, stop_event, workers.outcomes(), node_rank,
@@ -155,6 +174,8 @@ int Agent::Impl::report_failure(const std::string& title) {
 void Agent::Impl::on_child_exit(pid_t pid, int status) {
     auto outcome = workers.on_exit(pid, status);
     if (!outcome) return;  // an orphan reparented to the agent; swept at the end of the round
+    hang_monitor.exited(outcome->rank);
+    dump_exited(pid);
     if (outcome->failed() && phase == Phase::Running) {
         // The first failure: everyone else stops, on this node and on every other one.
         begin_stop(SIGTERM);
@@ -167,6 +188,9 @@ void Agent::Impl::on_child_exit(pid_t pid, int status) {
 
 void Agent::Impl::on_round_stop(StopEvent event) {
     if (!stop_event) stop_event = std::move(event);
+    if (stop_event->kind == StopEvent::Kind::Failure &&
+        stop_event->failure.kind == FailureKind::Hang && phase == Phase::Running)
+        return begin_hang_stop();  // the stacks first, then the stop
     if (stop_event->kind != StopEvent::Kind::Done && phase == Phase::Running) begin_stop(SIGTERM);
     finish_round_if_done();
 }
@@ -287,11 +311,18 @@ int Agent::Impl::run_rounds() {
                 continue;  // the membership changed: the next round, no restart used
             case RoundResult::Kind::Failed:
                 if (restarts_left) {
+                    const bool hang = stop_event && stop_event->failure.kind == FailureKind::Hang;
                     spdlog::warn("{}; restarting the workers ({} of {})",
-                                 describe_failure(stop_event, workers.outcomes()),
+                                 hang ? "hang: " + stop_event->failure.message
+                                      : describe_failure(stop_event, workers.outcomes()),
                                  info->restart_count + 1, max_restarts);
                     continue;
                 }
+                if (stop_event && stop_event->failure.kind == FailureKind::Hang)
+                    return report_failure(max_restarts > 0
+                                              ? fmt::format("ddprun: job hung after {} restart(s)",
+                                                            max_restarts)
+                                              : std::string("ddprun: job hung"));
                 return report_failure(
                     max_restarts > 0
                         ? fmt::format("ddprun: job failed after {} restart(s)", max_restarts)

@@ -11,8 +11,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "ddprun/agent.hpp"
+#include "ddprun/hang_monitor.hpp"
+#include "ddprun/stacks.hpp"
 #include "ddprun/ports.hpp"
 #include "ddprun/signal_reader.hpp"
 #include "ddprun/signals.hpp"
@@ -92,6 +96,30 @@ struct Agent::Impl {
     void finish_round_if_done();
     void publish_failure(FailureRecord record);
     void publish_signal(int signal, std::string message);
+
+    // Hangs (agent_hang.cpp). With --hang-timeout a timer looks at the workers'
+    // beats; a hung rank is published as the round's failure, and a hang's stop,
+    // from this node or another, captures every worker's stacks before stopping.
+    HangMonitor hang_monitor;
+    std::unique_ptr<asio::steady_timer> hang_timer;
+    struct HangStop {
+        std::vector<WorkerGroup::Running> workers;  // running at the stop
+        std::vector<NativeStack> native;
+        std::vector<pid_t> dumping;          // Python workers sent SIGABRT for their tracebacks
+        std::vector<RankProgress> progress;  // every node's ranks, as shared
+        std::thread capture;
+        std::unique_ptr<asio::steady_timer> dump_bound;
+        std::vector<std::string> rank_lines;  // the summary's: each rank's top frames
+    };
+    std::unique_ptr<HangStop> hang_stop;
+    void watch_hangs();
+    void look_for_hang();
+    void begin_hang_stop();
+    void stacks_captured(std::vector<NativeStack> stacks);
+    void dump_exited(pid_t pid);
+    void end_hang_stop();
+    // After a hung round: every worker's stacks to --log_dir, and the summary's lines.
+    void keep_hang_stacks();
 };
 
 }  // namespace ddprun

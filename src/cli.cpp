@@ -196,6 +196,22 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
           [](const Setting& s) { return parse_seconds(s, true, "30"); });
     config.shutdown_timeout = std::chrono::milliseconds(std::llround(shutdown_seconds * 1000));
     b.set("signals_to_handle", config.stop_signals, parse_signals);
+    auto to_ms = [](double secs) {
+        return std::chrono::milliseconds(std::max<long long>(1, std::llround(secs * 1000)));
+    };
+    double hang_seconds = 0;
+    b.set("hang-timeout", hang_seconds, [](const Setting& s) { return parse_seconds(s, true, "600"); });
+    if (hang_seconds > 0) config.hang_timeout = to_ms(hang_seconds);
+    double first_seconds = 0;
+    b.set("hang-timeout-first", first_seconds,
+          [](const Setting& s) { return parse_seconds(s, false, "1800"); });
+    if (first_seconds > 0) {
+        config.hang_timeout_first = to_ms(first_seconds);
+        if (config.hang_timeout.count() == 0)
+            b.fail(b.find("hang-timeout-first")
+                       ->error_hint("needs --hang-timeout (the bound between beats)",
+                                    "add --hang-timeout=SECS"));
+    }
     // Checked so a typo fails as it would in torchrun, then unused: workers are
     // always fork+exec'd, which is what every start method amounts to here.
     std::string start_method;

@@ -279,6 +279,23 @@ void Coordinator::publish_failure(int round, FailureRecord record) {
     });
 }
 
+void Coordinator::share_progress(int round, int node_rank, std::vector<RankProgress> mine,
+                                 std::chrono::milliseconds bound,
+                                 std::function<void(std::vector<RankProgress>)> done) {
+    asio::post(*m_ops, [this, round, node_rank, mine = std::move(mine), bound,
+                        done = std::move(done)]() mutable {
+        std::vector<RankProgress> all = mine;
+        try {
+            m_ops_rendezvous->publish_progress(round, node_rank, mine);
+            auto others = m_ops_rendezvous->read_progress(round, nnodes(), node_rank, bound);
+            all.insert(all.end(), others.begin(), others.end());
+        } catch (const StoreError& e) {
+            spdlog::debug("sharing the ranks' progress: {}", e.what());
+        }
+        asio::post(m_io, [done = std::move(done), all = std::move(all)] { done(all); });
+    });
+}
+
 void Coordinator::publish_finished(int round) {
     asio::post(*m_ops, [this, round] {
         try {

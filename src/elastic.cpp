@@ -420,13 +420,14 @@ void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
     switch (action.kind) {
         case Kind::Form: {
             if (action.round > 0) {
-                // A worker's failure used a restart; a membership change did not.
+                // A worker's failure (or a hang) used a restart; a membership change did not.
                 const std::string stop_key = rounds.key(action.round - 1, "stop");
                 if (store->check({stop_key})) {
                     StopEvent stop =
                         detail::parse_stop(store->get(stop_key), stop_key, options.run_id);
                     if (stop.kind == StopEvent::Kind::Failure &&
-                        stop.failure.kind == FailureKind::Worker)
+                        (stop.failure.kind == FailureKind::Worker ||
+                         stop.failure.kind == FailureKind::Hang))
                         ++restarts;
                 }
             }

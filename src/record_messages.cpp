@@ -29,8 +29,12 @@ std::string quote_value(std::string_view text) {
 }
 
 std::string describe_nodes(std::vector<int> ranks) {
+    return describe_numbers(std::move(ranks), "node", "nodes");
+}
+
+std::string describe_numbers(std::vector<int> ranks, std::string_view one, std::string_view many) {
     std::sort(ranks.begin(), ranks.end());
-    std::string text = ranks.size() == 1 ? "node " : "nodes ";
+    std::string text = fmt::format("{} ", ranks.size() == 1 ? one : many);
     std::size_t listed = 0;
     for (std::size_t i = 0; i < ranks.size();) {
         std::size_t j = i;

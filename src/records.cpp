@@ -99,7 +99,7 @@ namespace {
 constexpr std::pair<FailureKind, std::string_view> k_failure_kinds[] = {
     {FailureKind::Worker, "worker"},        {FailureKind::NodeLost, "node_lost"},
     {FailureKind::Signal, "signal"},        {FailureKind::Mismatch, "mismatch"},
-    {FailureKind::StoreLost, "store_lost"},
+    {FailureKind::StoreLost, "store_lost"}, {FailureKind::Hang, "hang"},
 };
 
 json failure_json(const FailureRecord& record) {
@@ -300,6 +300,46 @@ std::expected<std::vector<FailureRecord>, std::string> parse_outcomes(std::strin
         records.push_back(std::move(*record));
     }
     return records;
+}
+
+std::string progress_json(const std::vector<RankProgress>& ranks, const std::string& run_id) {
+    json list = json::array();
+    for (std::size_t i = 0; i < ranks.size() && i < k_max_node_outcomes; ++i) {
+        const RankProgress& r = ranks[i];
+        list.push_back({{"rank", r.rank},
+                        {"silent_ms", r.silent_ms},
+                        {"running_ms", r.running_ms},
+                        {"label", truncated(r.label, k_max_tail_line_bytes)},
+                        {"hung", r.hung}});
+    }
+    return json{{"run_id", run_id}, {"ranks", std::move(list)}}.dump();
+}
+
+std::expected<std::vector<RankProgress>, std::string> parse_progress(std::string_view text,
+                                                                    const std::string& key,
+                                                                    const std::string& run_id) {
+    auto object = parse_object(text);
+    if (!object) return std::unexpected(malformed(key, object.error()));
+    if (auto foreign = other_run(*object, key, run_id)) return std::unexpected(*foreign);
+    auto it = object->find("ranks");
+    if (it == object->end() || !it->is_array() || it->size() > k_max_node_outcomes)
+        return std::unexpected(malformed(
+            key, fmt::format("field 'ranks' is not a list of at most {}", k_max_node_outcomes)));
+    std::vector<RankProgress> ranks;
+    for (const json& item : *it) {
+        if (!item.is_object()) return std::unexpected(malformed(key, "a rank is not an object"));
+        RankProgress r;
+        FieldReader read(item);
+        read.integer("rank", r.rank, 0, k_max_int);
+        read.integer("silent_ms", r.silent_ms, std::int64_t{-1}, std::int64_t{INT64_MAX});
+        read.integer("running_ms", r.running_ms, std::int64_t{0}, std::int64_t{INT64_MAX});
+        read.text("label", r.label, k_max_tail_line_bytes);
+        to_one_line(r.label);
+        read.boolean("hung", r.hung);
+        if (!read.ok()) return std::unexpected(malformed(key, read.error()));
+        ranks.push_back(std::move(r));
+    }
+    return ranks;
 }
 
 StopEvent parse_stop(std::string_view text, const std::string& key, const std::string& run_id) {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddprun/hang_monitor.hpp"
 #include "ddprun/records.hpp"
 
 namespace ddprun::detail {
@@ -20,6 +21,9 @@ namespace ddprun::detail {
 std::string quote_value(std::string_view text);
 // "node 2", "nodes 0-3, 7"
 std::string describe_nodes(std::vector<int> ranks);
+// The same for any numbered things: describe_numbers({0, 1, 2, 7}, "rank", "ranks")
+// is "ranks 0-2, 7".
+std::string describe_numbers(std::vector<int> ranks, std::string_view one, std::string_view many);
 std::string describe_agent(const std::string& host, std::int64_t pid);
 std::string malformed(const std::string& key, const std::string& why);
 // Empty when every node agrees; else one line per differing field, joined:
@@ -71,6 +75,13 @@ std::string outcomes_json(const std::vector<FailureRecord>& records, const std::
 std::expected<std::vector<FailureRecord>, std::string> parse_outcomes(std::string_view text,
                                                                       const std::string& key,
                                                                       const std::string& run_id);
+
+// A node's ranks' progress at a hang (hang_monitor.hpp), shared so that every
+// node prints the job-wide picture: at most k_max_node_outcomes ranks.
+std::string progress_json(const std::vector<RankProgress>& ranks, const std::string& run_id);
+std::expected<std::vector<RankProgress>, std::string> parse_progress(std::string_view text,
+                                                                    const std::string& key,
+                                                                    const std::string& run_id);
 
 // An elastic job's queue of events for its leader (elastic.hpp): an agent asks
 // to join (and waits for answer number `answer`), or leaves; the leader's own

@@ -387,6 +387,34 @@ std::vector<FailureRecord> Rendezvous::read_outcomes(int round, int nnodes, int 
     return all;
 }
 
+void Rendezvous::publish_progress(int round, int node_rank, const std::vector<RankProgress>& ranks) {
+    m_store.set(key(round, fmt::format("progress/{}", node_rank)),
+                detail::progress_json(ranks, m_run_id));
+}
+
+std::vector<RankProgress> Rendezvous::read_progress(int round, int nnodes, int except,
+                                                    milliseconds bound) {
+    std::vector<std::string> keys;
+    for (int rank = 0; rank < nnodes; ++rank)
+        if (rank != except) keys.push_back(key(round, fmt::format("progress/{}", rank)));
+    try {
+        m_store.wait(keys, bound);  // usually all there at once: every node shares at the stop
+    } catch (const StoreError& error) {
+        if (error.kind() != StoreError::Kind::Timeout) throw;
+    }
+    std::vector<RankProgress> all;
+    for (const auto& progress_key : keys) {
+        if (!m_store.check({progress_key})) continue;
+        auto ranks = detail::parse_progress(m_store.get(progress_key), progress_key, m_run_id);
+        if (!ranks) {
+            spdlog::warn("{}", ranks.error());
+            continue;
+        }
+        all.insert(all.end(), ranks->begin(), ranks->end());
+    }
+    return all;
+}
+
 void Rendezvous::acknowledge(int round, int node_rank, int nnodes) {
     m_store.set(key(round, fmt::format("ack/{}", node_rank)), "1");
     if (m_store.add(key(round, "acks"), 1) == nnodes) m_store.set(key(round, "acked"), "1");

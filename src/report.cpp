@@ -242,6 +242,21 @@ std::optional<std::size_t> root_cause(const std::vector<WorkerOutcome>& outcomes
     return own_failure ? own_failure : any_failure;
 }
 
+std::string format_hang_summary(const std::string& title, int exit_code, const std::string& cause,
+                                const std::string& picture,
+                                const std::vector<std::string>& rank_lines) {
+    const std::string rule(k_box_width, '=');
+    std::string out;
+    append_line(out, rule);
+    append_line(out, fmt::format("{} (exit code {})", title, exit_code));
+    append_line(out, std::string(k_box_width, '-'));
+    append_line(out, "root cause: " + cause);
+    if (!picture.empty()) append_line(out, "every rank: " + picture);
+    for (const auto& line : rank_lines) append_line(out, "  " + line);
+    append_line(out, rule);
+    return out;
+}
+
 std::string format_summary(const std::string& title, const std::vector<WorkerOutcome>& outcomes,
                            std::size_t root) {
     const std::string rule(k_box_width, '=');

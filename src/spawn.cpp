@@ -58,6 +58,10 @@ struct ChildSetup {
         // pipe working until exec.
         if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
             child_failed("ddprun: cannot start a worker: close_range failed\n");
+        // The one fd ddprun means the worker to have (progress.hpp), at the number its
+        // environment names.
+        if (stdio.progress >= 0 && ::fcntl(stdio.progress, F_SETFD, 0) != 0)
+            child_failed("ddprun: cannot start a worker: fcntl of its progress fd failed\n");
         // The agent blocks signals (it reads them from a signalfd) and ignores SIGPIPE; both
         // survive exec, so restore the defaults a program expects.
         sigset_t none;

@@ -106,6 +106,12 @@ class StoreCluster final : public Cluster {
     void share_outcomes(std::vector<FailureRecord> workers) override {
         if (m_coordinator) m_coordinator->set_outcomes(std::move(workers));
     }
+    void share_progress(std::vector<RankProgress> mine, std::chrono::milliseconds bound,
+                        Progressed done) override {
+        if (!m_coordinator) return done(std::move(mine));
+        m_coordinator->share_progress(m_round, m_node_rank, std::move(mine), bound,
+                                      std::move(done));
+    }
     std::vector<FailureRecord> others_outcomes() const override {
         return m_coordinator ? m_coordinator->others_outcomes() : std::vector<FailureRecord>{};
     }

@@ -8,12 +8,15 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "ddprun/fd.hpp"
 #include "ddprun/log_mux.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/process_tree.hpp"
+#include "ddprun/progress.hpp"
 #include "ddprun/spawn.hpp"
 
 namespace asio = boost::asio;
@@ -29,6 +32,7 @@ struct Worker {
     WorkerOutcome outcome;
     std::string dir;         // its error file, and its logs under --log_dir
     std::string error_file;  // TORCHELASTIC_ERROR_FILE
+    std::optional<ProgressChannel> progress;  // with --hang-timeout
 };
 
 std::expected<std::pair<UniqueFd, UniqueFd>, Error> make_pipe() {
@@ -110,6 +114,9 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
     mux_options.prefix_template = ctx.config.log_prefix;
     mux_options.stdout_fd = impl.options.stdout_fd;
     mux_options.stderr_fd = impl.options.stderr_fd;
+    // A hung Python worker's stacks come as faulthandler's dump on its stderr: keep
+    // enough of it for every thread.
+    if (ctx.config.hang_timeout.count() > 0) mux_options.tail_lines = 400;
     impl.mux = std::make_unique<LogMux>(impl.io, mux_options);
     return impl.spawn_all();
 }
@@ -137,8 +144,19 @@ Status WorkerGroup::Impl::spawn_all() {
         if (!out) return std::unexpected(out.error());
         auto err = make_pipe();
         if (!err) return std::unexpected(err.error());
-        auto pid = spawn_worker(w.spec, ctx.executable, ctx.env,
-                                WorkerStdio{dev_null.get(), out->second.get(), err->second.get()});
+        WorkerStdio stdio{dev_null.get(), out->second.get(), err->second.get()};
+        if (config.hang_timeout.count() > 0) {
+            auto channel = ProgressChannel::create();
+            if (!channel) return std::unexpected(channel.error());
+            w.progress = std::move(*channel);
+            stdio.progress = w.progress->worker_fd();
+            w.spec.env.emplace_back(k_progress_fd_env, std::to_string(stdio.progress));
+            // A Python worker's tracebacks at a hang: faulthandler prints them on SIGABRT.
+            if (!ctx.env.contains("PYTHONFAULTHANDLER"))
+                w.spec.env.emplace_back("PYTHONFAULTHANDLER", "1");
+        }
+        auto pid = spawn_worker(w.spec, ctx.executable, ctx.env, stdio);
+        if (w.progress) w.progress->close_worker_end();
         if (!pid) return std::unexpected(pid.error());
         w.pid = *pid;
         w.outcome.pid = *pid;
@@ -249,6 +267,39 @@ void WorkerGroup::forward(int signal) {
 
 int WorkerGroup::running() const {
     return m_impl->running;
+}
+
+std::vector<WorkerGroup::Running> WorkerGroup::running_workers() const {
+    std::vector<Running> running;
+    for (const auto& w : m_impl->workers)
+        if (w.running) running.push_back(Running{w.spec.rank, w.spec.local_rank, w.pid});
+    return running;
+}
+
+std::optional<std::string> WorkerGroup::log_dir_of(int local_rank) const {
+    if (m_impl->ctx.log_dir.empty()) return std::nullopt;
+    for (const auto& w : m_impl->workers)
+        if (w.spec.local_rank == local_rank) return w.dir;
+    return std::nullopt;
+}
+
+void WorkerGroup::signal_worker(pid_t pid, int signal) {
+    for (auto& w : m_impl->workers) {
+        if (!w.running || w.pid != pid) continue;
+        w.outcome.stopped_by_ddprun = true;
+        if (::kill(pid, signal) != 0 && errno != ESRCH)
+            spdlog::warn("kill({}, {}): {}", pid, signal_name(signal), std::strerror(errno));
+    }
+}
+
+std::vector<WorkerGroup::Beat> WorkerGroup::read_beats() {
+    std::vector<Beat> beats;
+    for (auto& w : m_impl->workers) {
+        if (!w.running || !w.progress) continue;
+        auto seen = w.progress->look();
+        if (seen.bytes > 0) beats.push_back(Beat{w.spec.rank, std::move(seen.label)});
+    }
+    return beats;
 }
 
 std::vector<std::string> WorkerGroup::finish() {

@@ -39,6 +39,11 @@
 //   read-stdin              read stdin to its end (30 s at most), then print
 //                           "stdin: eof after <n> bytes" (or "stdin: <error>"); exits 96
 //                           with "stdin: still open" on stderr if it never ends
+//   beat <n>:<ms>[:<label>] n progress beats to $DDPRUN_PROGRESS_FD, <ms> apart, each the
+//                           line "<label> <i>" ("step <i>" by default); exits 95 if the
+//                           variable is unset or a write fails
+//   beat-storm <n>          n beats "s <i>" as fast as it can write them, then prints
+//                           "storm <n> beats in <us> us" (the cost of a beat)
 //   if-rank <r> <action...>        run the next action only when RANK == r
 //   if-local-rank <r> <action...>  ... only when LOCAL_RANK == r
 //   if-restart <n> <action...>     ... only when TORCHELASTIC_RESTART_COUNT == n
@@ -313,6 +318,49 @@ void print_env() {
     write_all(1, out);
 }
 
+// The fd ddprun names for progress beats; exits 95 when there is none.
+int progress_fd() {
+    const char* fd = std::getenv("DDPRUN_PROGRESS_FD");
+    if (fd == nullptr) {
+        write_all(2, "beat: DDPRUN_PROGRESS_FD is not set\n");
+        std::_Exit(95);
+    }
+    return std::atoi(fd);
+}
+
+void beat_once(int fd, const std::string& line) {
+    // One write per beat, as a worker's os.write(fd, b"step 3\n") is.
+    if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+        write_all(2, "beat: write failed: " + std::string(std::strerror(errno)) + "\n");
+        std::_Exit(95);
+    }
+}
+
+// "<n>:<ms>[:<label>]": n beats <ms> apart.
+void beat(const std::string& spec) {
+    const int fd = progress_fd();
+    const auto colon = spec.find(':');
+    const int count = parse_int(spec.substr(0, colon));
+    const auto rest = colon == std::string::npos ? std::string("0") : spec.substr(colon + 1);
+    const auto second = rest.find(':');
+    const int interval_ms = parse_int(rest.substr(0, second));
+    const std::string label = second == std::string::npos ? "step" : rest.substr(second + 1);
+    for (int i = 1; i <= count; ++i) {
+        beat_once(fd, label + " " + std::to_string(i) + "\n");
+        if (i < count) sleep_for(std::chrono::milliseconds(interval_ms));
+    }
+}
+
+void beat_storm(int count) {
+    const int fd = progress_fd();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < count; ++i) beat_once(fd, "s " + std::to_string(i) + "\n");
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    write_all(1, "storm " + std::to_string(count) + " beats in " + std::to_string(us) + " us\n");
+}
+
 void flood(int count) {
     // Writes of whole lines, at most PIPE_BUF bytes each, so each is atomic and
     // the pipe never holds half a line: a worker descheduled in the middle of
@@ -485,7 +533,7 @@ class Interpreter {
             "print",        "stderr",      "partial", "partial-stderr",   "flood",
             "exit",         "raise",       "sleep",   "ignore",           "trap",
             "trap-exit",    "wait-file",   "ready",   "write-error-file", "huge-line",
-            "save-on-term", "save-marker", "getenv",
+            "save-on-term", "save-marker", "getenv",  "beat",    "beat-storm",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {
@@ -526,6 +574,10 @@ class Interpreter {
             write_all(2, value);
         } else if (action == "flood") {
             flood(parse_int(value));
+        } else if (action == "beat") {
+            beat(value);
+        } else if (action == "beat-storm") {
+            beat_storm(parse_int(value));
         } else if (action == "huge-line") {
             huge_line(parse_int(value));
         } else if (action == "exit") {

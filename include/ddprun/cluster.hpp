@@ -7,12 +7,14 @@
 // one bounded store call, and end_round() between rounds.
 #pragma once
 
+#include <chrono>
 #include <expected>
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "ddprun/error.hpp"
+#include "ddprun/hang_monitor.hpp"
 #include "ddprun/launch.hpp"
 #include "ddprun/rank_plan.hpp"
 #include "ddprun/records.hpp"
@@ -81,6 +83,14 @@ class Cluster {
     // end_round each node hands over its failed workers; after it, node 0 gets
     // the others'. A single node has no others.
     virtual void share_outcomes(std::vector<FailureRecord> /*workers*/) {}
+
+    // At a hang, every node tells the others how its ranks progressed, so that each
+    // prints the job-wide picture: `done` (on the loop) gets every node's ranks that
+    // arrived within `bound`, this node's included. A single node has only its own
+    // (and calls `done` at once).
+    using Progressed = std::function<void(std::vector<RankProgress>)>;
+    virtual void share_progress(std::vector<RankProgress> mine,
+                                std::chrono::milliseconds /*bound*/, Progressed done);
     virtual std::vector<FailureRecord> others_outcomes() const { return {}; }
 };
 

@@ -107,6 +107,10 @@ struct LaunchConfig {
     std::chrono::milliseconds shutdown_timeout{30000};
     std::vector<int> stop_signals;     // signals that stop the job (forwarded first)
     std::vector<int> forward_signals;  // signals only forwarded (SIGUSR1/SIGUSR2 by default)
+    // --hang-timeout / --hang-timeout-first (hang_monitor.hpp): 0 is off. With it on,
+    // every worker gets DDPRUN_PROGRESS_FD, and Python workers PYTHONFAULTHANDLER=1.
+    std::chrono::milliseconds hang_timeout{0};
+    std::optional<std::chrono::milliseconds> hang_timeout_first;
 
     // Workers.
     std::string role = "default";

@@ -90,6 +90,11 @@ class Coordinator {
 
     // Fire and forget; the outcome arrives through watch().
     void publish_failure(int round, FailureRecord record);
+    // Publishes this node's ranks' progress at a hang and hands `done` (on the loop)
+    // every node's that arrived within `bound`, `mine` included.
+    void share_progress(int round, int node_rank, std::vector<RankProgress> mine,
+                        std::chrono::milliseconds bound,
+                        std::function<void(std::vector<RankProgress>)> done);
     void publish_finished(int round);
 
     // Blocking (bounded by the store timeout): gives the round up on every

@@ -44,6 +44,17 @@ struct NodeInfo {
     Fingerprint fingerprint;
 };
 
+// One rank's progress as every node reports it at a hang (hang_monitor.hpp),
+// shared with the other nodes through the store.
+struct RankProgress {
+    int rank = -1;
+    std::int64_t silent_ms = -1;  // since its last beat; -1: it never beat
+    std::int64_t running_ms = 0;  // since its worker started
+    std::string label;            // the last line it wrote ("" if none)
+    bool hung = false;
+    bool operator==(const RankProgress&) const = default;
+};
+
 // What a successful join decided.
 struct RoundMembership {
     int round = 0;
@@ -61,6 +72,7 @@ enum class FailureKind {
     Signal,     // an agent was told to stop (SIGTERM, SIGINT, ...)
     Mismatch,   // the nodes disagree on something that must agree
     StoreLost,  // the store stopped answering
+    Hang,       // a rank stopped beating for --hang-timeout (hang_monitor.hpp)
 };
 std::string_view to_string(FailureKind kind);
 

@@ -88,6 +88,13 @@ class Rendezvous {
     // record is malformed (logged), is left out. Throws StoreError.
     std::vector<FailureRecord> read_outcomes(int round, int nnodes, int except);
 
+    // At a hang: this node's ranks' progress, and every other node's that is there
+    // within `bound` (a node whose record is missing or malformed, logged, is left
+    // out). Throw StoreError.
+    void publish_progress(int round, int node_rank, const std::vector<RankProgress>& ranks);
+    std::vector<RankProgress> read_progress(int round, int nnodes, int except,
+                                            std::chrono::milliseconds bound);
+
     // This node has seen the round's stop. Throws StoreError.
     void acknowledge(int round, int node_rank, int nnodes);
     // For the store's host before it exits: blocks until all `nnodes` nodes

@@ -48,4 +48,11 @@ std::optional<std::size_t> root_cause(const std::vector<WorkerOutcome>& outcomes
 std::string format_summary(const std::string& title, const std::vector<WorkerOutcome>& outcomes,
                            std::size_t root);
 
+// The summary box of a hung job (--hang-timeout): `cause` (which rank stopped
+// beating, from the round's stop), `picture` (every node's ranks in one line,
+// hang_monitor.hpp), then one line per rank of this node with its top frames.
+std::string format_hang_summary(const std::string& title, int exit_code, const std::string& cause,
+                                const std::string& picture,
+                                const std::vector<std::string>& rank_lines);
+
 }  // namespace ddprun

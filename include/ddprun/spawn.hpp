@@ -23,6 +23,7 @@ struct WorkerStdio {
     int in = -1;
     int out = -1;
     int err = -1;
+    int progress = -1;  // kept open (at its number) in the worker: DDPRUN_PROGRESS_FD
 };
 
 // Starts `spec` executing `executable` (the resolved argv[0]) with `base_env`

@@ -72,6 +72,29 @@ class WorkerGroup {
     // Passes `signal` on to every running worker's process group.
     void forward(int signal);
 
+    // A running worker, for the hang report and the stacks.
+    struct Running {
+        int rank = 0;
+        int local_rank = 0;
+        pid_t pid = -1;
+    };
+    std::vector<Running> running_workers() const;
+    // Where a worker's files go under --log_dir (stdout.log, stderr.log, stacks.txt);
+    // nullopt without --log_dir.
+    std::optional<std::string> log_dir_of(int local_rank) const;
+    // Sends `signal` to one running worker's process (not its group), as ddprun's own
+    // doing: its end is not a root cause (a hang's SIGABRT for its stacks).
+    void signal_worker(pid_t pid, int signal);
+
+    // With --hang-timeout, each worker writes beats to DDPRUN_PROGRESS_FD
+    // (progress.hpp): the running workers that wrote since the last call, and the
+    // last line each wrote ("" if none).
+    struct Beat {
+        int rank = 0;
+        std::string label;
+    };
+    std::vector<Beat> read_beats();
+
     int running() const;
 
     // After the round: kills and reaps whatever the workers left behind

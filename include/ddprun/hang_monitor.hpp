@@ -1,0 +1,68 @@
+// HangMonitor: which of this node's ranks stopped making progress, from the
+// beats their workers write (progress.hpp). Pure: the agent feeds it beats and
+// the time; it owns no timer and does no I/O, so every rule is unit-tested.
+//
+// The rules (README "Hangs"):
+//  - a rank is watched from its first beat: after it, a gap longer than
+//    `timeout` between beats (or since the last one) makes it hung;
+//  - a rank that never beats is not watched, unless `first` is set: then it
+//    must beat within `first` of its start (start-up and compilation take
+//    longer than a step, as ft_launcher's initial timeout);
+//  - a worker that exited is not watched.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddprun/records.hpp"
+
+namespace ddprun {
+
+struct HangLimits {
+    std::chrono::milliseconds timeout{0};  // 0: hang detection off
+    std::optional<std::chrono::milliseconds> first;
+    bool enabled() const { return timeout.count() > 0; }
+};
+
+class HangMonitor {
+  public:
+    using Clock = std::chrono::steady_clock;
+
+    HangMonitor() = default;
+    HangMonitor(HangLimits limits, const std::vector<int>& ranks, Clock::time_point start);
+
+    // `rank` wrote something at `at`; `label` is its last line ("" keeps the last one).
+    void beat(int rank, Clock::time_point at, const std::string& label);
+    // `rank`'s worker exited: it is no longer watched.
+    void exited(int rank);
+
+    // This node's ranks that are hung at `now`, in rank order (empty: none).
+    std::vector<int> hung(Clock::time_point now) const;
+    // Every rank of this node at `now`, in rank order.
+    std::vector<RankProgress> progress(Clock::time_point now) const;
+
+  private:
+    struct Rank {
+        int rank = -1;
+        std::optional<Clock::time_point> last;
+        std::string label;
+        bool exited = false;
+    };
+    bool is_hung(const Rank& rank, Clock::time_point now) const;
+
+    HangLimits m_limits;
+    Clock::time_point m_start;
+    std::vector<Rank> m_ranks;
+};
+
+// The job-wide picture in one line, from every node's ranks: who stopped beating
+// and when, their last labels, who is still beating, e.g.
+//   "no progress from rank 3 for 30.1 s (last beat 'step 41'); ranks 0-2 last beat
+//    29.9 s ago ('step 42'); rank 4 never beat"
+// Ranks with the same label and about the same silence are shown together.
+std::string describe_progress(std::vector<RankProgress> ranks);
+
+}  // namespace ddprun

@@ -1,0 +1,115 @@
+// Which ranks are hung, and the job-wide picture in one line (hang_monitor.hpp).
+#include "ddprun/hang_monitor.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "records_internal.hpp"
+
+namespace ddprun {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+std::int64_t ms_between(HangMonitor::Clock::time_point from, HangMonitor::Clock::time_point to) {
+    return std::chrono::duration_cast<milliseconds>(to - from).count();
+}
+
+std::string seconds(std::int64_t ms) {
+    return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0);
+}
+
+std::string quoted_label(const std::string& label) {
+    return label.empty() ? std::string("no label") : detail::quote_value(label);
+}
+
+}  // namespace
+
+HangMonitor::HangMonitor(HangLimits limits, const std::vector<int>& ranks, Clock::time_point start)
+    : m_limits(limits), m_start(start) {
+    for (int rank : ranks) m_ranks.push_back(Rank{rank, std::nullopt, {}, false});
+    std::sort(m_ranks.begin(), m_ranks.end(),
+              [](const Rank& a, const Rank& b) { return a.rank < b.rank; });
+}
+
+void HangMonitor::beat(int rank, Clock::time_point at, const std::string& label) {
+    for (Rank& r : m_ranks) {
+        if (r.rank != rank) continue;
+        r.last = std::max(r.last.value_or(at), at);
+        if (!label.empty()) r.label = label;
+    }
+}
+
+void HangMonitor::exited(int rank) {
+    for (Rank& r : m_ranks)
+        if (r.rank == rank) r.exited = true;
+}
+
+bool HangMonitor::is_hung(const Rank& rank, Clock::time_point now) const {
+    if (!m_limits.enabled() || rank.exited) return false;
+    if (rank.last) return now - *rank.last > m_limits.timeout;
+    return m_limits.first && now - m_start > *m_limits.first;
+}
+
+std::vector<int> HangMonitor::hung(Clock::time_point now) const {
+    std::vector<int> ranks;
+    for (const Rank& r : m_ranks)
+        if (is_hung(r, now)) ranks.push_back(r.rank);
+    return ranks;
+}
+
+std::vector<RankProgress> HangMonitor::progress(Clock::time_point now) const {
+    std::vector<RankProgress> all;
+    for (const Rank& r : m_ranks) {
+        if (r.exited) continue;
+        all.push_back(RankProgress{r.rank, r.last ? ms_between(*r.last, now) : -1,
+                                   ms_between(m_start, now), r.label, is_hung(r, now)});
+    }
+    return all;
+}
+
+std::string describe_progress(std::vector<RankProgress> ranks) {
+    // Hung first, then the longest silent; ranks that never beat last.
+    std::sort(ranks.begin(), ranks.end(), [](const RankProgress& a, const RankProgress& b) {
+        return std::tuple(!a.hung, a.silent_ms < 0, -a.silent_ms, a.rank) <
+               std::tuple(!b.hung, b.silent_ms < 0, -b.silent_ms, b.rank);
+    });
+    // Together: the same state and label, silences within half a second of the group's first.
+    struct Group {
+        bool hung;
+        std::int64_t silent_ms;
+        std::string label;
+        std::vector<int> ranks;
+    };
+    std::vector<Group> groups;
+    for (const RankProgress& r : ranks) {
+        auto same = std::find_if(groups.begin(), groups.end(), [&r](const Group& g) {
+            return g.hung == r.hung && g.label == r.label && (g.silent_ms < 0) == (r.silent_ms < 0) &&
+                   std::abs(g.silent_ms - r.silent_ms) <= 500;
+        });
+        if (same == groups.end())
+            groups.push_back(Group{r.hung, r.silent_ms, r.label, {r.rank}});
+        else
+            same->ranks.push_back(r.rank);
+    }
+    std::string line;
+    for (const Group& g : groups) {
+        if (!line.empty()) line += "; ";
+        const std::string who = detail::describe_numbers(g.ranks, "rank", "ranks");
+        if (g.silent_ms < 0)
+            line += fmt::format("{} never beat{}", who, g.hung ? " (hung)" : "");
+        else if (g.hung)
+            line += fmt::format("no progress from {} for {} (last beat {})", who,
+                                seconds(g.silent_ms), quoted_label(g.label));
+        else
+            line += fmt::format("{} last beat {} ago ({})", who, seconds(g.silent_ms),
+                                quoted_label(g.label));
+    }
+    return line.empty() ? std::string("no rank beats") : line;
+}
+
+}  // namespace ddprun
