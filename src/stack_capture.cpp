@@ -1,5 +1,5 @@
 // Runs eu-stack or gdb against workers and collects what they print (see
-// stacks.hpp), and the two process helpers a Python traceback needs.
+// stacks.hpp).
 //
 // Why not Boost.Process (src/spawn.cpp), nor a plain fork: the agent reaps
 // its children with waitpid(-1) on SIGCHLD. A tool started as our child could
@@ -15,7 +15,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -394,33 +393,6 @@ std::vector<NativeStack> capture_native_stacks(const std::vector<pid_t>& pids,
         }
     }
     return results;
-}
-
-bool is_python_executable(std::string_view path) {
-    constexpr std::string_view k_deleted = " (deleted)";
-    if (path.ends_with(k_deleted)) path.remove_suffix(k_deleted.size());
-    std::size_t slash = path.rfind('/');
-    std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
-    if (!name.starts_with("python")) return false;
-    name.remove_prefix(6);
-    // python3.11d: a debug build.
-    if (name.ends_with('d')) name.remove_suffix(1);
-    for (char c : name)
-        if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.') return false;
-    return true;
-}
-
-bool is_python(pid_t pid) {
-    std::error_code ec;
-    auto exe = std::filesystem::read_symlink(fmt::format("/proc/{}/exe", pid), ec);
-    return !ec && is_python_executable(exe.string());
-}
-
-Status disable_core_dumps(pid_t pid) {
-    rlimit none{0, 0};
-    if (::prlimit(pid, RLIMIT_CORE, &none, nullptr) != 0)
-        return std::unexpected(system_error(fmt::format("prlimit({}, RLIMIT_CORE, 0)", pid)));
-    return {};
 }
 
 }  // namespace ddprun
