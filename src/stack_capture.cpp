@@ -141,7 +141,6 @@ struct ToolRun {
     std::string err_text;
     bool out_cut = false;
     bool reaped = false;
-    bool timed_out = false;
     int status = 0;
     std::string error;  // set when it could not start
 };
@@ -375,10 +374,11 @@ std::vector<NativeStack> capture_native_stacks(const std::vector<pid_t>& pids,
             continue;
         }
         if (!run.reaped) {
-            run.timed_out = true;
             kill_and_reap(run);
-            // A tool killed while attaching can leave the worker in the stop it
-            // attached with; a stopped worker would print no traceback and ignore SIGTERM.
+            // PTRACE_ATTACH sends SIGSTOP: a tool killed before it waited for that
+            // stop leaves it pending, and the worker stops once detached. A stopped
+            // worker prints no traceback and ignores SIGTERM. (Defensive: the tests
+            // have not caught gdb in that window.)
             ::kill(run.target, SIGCONT);
             results[i].error = fmt::format("{} -p {} did not finish within {} ms: killed it",
                                            tool_name, run.target, deadline.count());
