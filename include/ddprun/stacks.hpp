@@ -49,10 +49,12 @@ inline constexpr std::string_view k_no_stack_tool =
 // gets an error saying it timed out. One result per pid, in the order given.
 // Blocking: call it from a thread of its own, never from the event loop.
 //
-// `tool` is "eu-stack", "gdb", or a path to either. The tools run with exit
-// signal 0 (not SIGCHLD), so a waitpid(-1) loop elsewhere in the process
-// (the agent's reaper) neither sees nor reaps them. Each tool's output is kept
-// up to `max_bytes`.
+// `tool` is "eu-stack", "gdb", or a path to either. Each tool runs under a
+// helper cloned with exit signal 0 (not SIGCHLD), so a waitpid(-1) loop
+// elsewhere in the process (the agent's reaper) neither sees nor reaps it; a
+// tool killed at the deadline is orphaned to the nearest subreaper (the agent,
+// whose reaper then gets a pid it does not know). Each tool's output is kept up
+// to `max_bytes`.
 std::vector<NativeStack> capture_native_stacks(const std::vector<pid_t>& pids,
                                                std::chrono::milliseconds deadline,
                                                std::string_view tool = native_stack_tool(),
