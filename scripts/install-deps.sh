@@ -28,6 +28,9 @@ packages=(
   # the etcd rendezvous backend: TLS through OpenSSL; a real etcd (and etcdctl,
   # openssl for a test CA) that the tests start themselves
   libssl-dev openssl etcd-server etcd-client
+  # stacks of a hung worker (src/stack_capture.cpp): eu-stack, with gdb as the
+  # slower fallback when only that is installed
+  elfutils
 )
 
 installed() {

@@ -1,0 +1,398 @@
+// Runs eu-stack or gdb against workers and collects what they print (see
+// stacks.hpp).
+//
+// Why not Boost.Process (src/spawn.cpp), nor a plain fork: the agent reaps
+// its children with waitpid(-1) on SIGCHLD. A tool started as our child could
+// be reaped there, and its pid reused before this thread kills it at the
+// deadline. So the tool runs under a helper: a copy of this process cloned
+// with exit signal 0, which no waitpid(-1) sees (only __WCLONE does) and which
+// never execs (exec would reset its exit signal to SIGCHLD). The helper leads
+// a process group, starts the tool in it (vfork-style), waits for it and exits
+// with its status. This thread reaps the helper by pid; at the deadline it
+// kills the helper's group, whose id stays ours until the helper is reaped.
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "ddprun/fd.hpp"
+#include "ddprun/stacks.hpp"
+#include "ddprun/text.hpp"
+
+extern char** environ;
+
+namespace ddprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The path of `name` on PATH, or "" (a name with a '/' is taken as a path).
+std::string find_executable(std::string_view name) {
+    if (name.empty()) return {};
+    if (name.find('/') != std::string_view::npos)
+        return ::access(std::string(name).c_str(), X_OK) == 0 ? std::string(name) : "";
+    const char* path = std::getenv("PATH");
+    std::string_view dirs = path != nullptr ? path : "/usr/bin:/bin";
+    while (true) {
+        std::size_t colon = dirs.find(':');
+        std::string dir(dirs.substr(0, colon));
+        std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + std::string(name);
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(candidate, ec) &&
+            ::access(candidate.c_str(), X_OK) == 0)
+            return candidate;
+        if (colon == std::string_view::npos) return {};
+        dirs.remove_prefix(colon + 1);
+    }
+}
+
+// "" when the process is there to attach to, else why not.
+std::string why_not_attachable(pid_t pid) {
+    if (pid <= 0) return fmt::format("{} is not a process id", pid);
+    std::string stat = fmt::format("/proc/{}/stat", pid);
+    int fd = ::open(stat.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fmt::format("process {} has exited", pid);
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    std::string_view text(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    // The state follows the command name, which may hold ") ".
+    std::size_t close = text.rfind(") ");
+    if (close != std::string_view::npos && close + 2 < text.size()) {
+        char state = text[close + 2];
+        if (state == 'Z' || state == 'X') return fmt::format("process {} has exited", pid);
+    }
+    return {};
+}
+
+// Everything the helper and the tool need, prepared before the clone: after it
+// they may only make async-signal-safe calls (this process is multithreaded).
+struct ChildSetup {
+    const char* path;
+    char* const* argv;
+    char* const* envp;
+    int stdin_fd;
+    int stdout_fd;
+    int stderr_fd;
+    pid_t parent;          // the tool's parent: the helper
+    char* tool_stack_top;  // in the helper's memory, which the tool shares until execve
+};
+
+int exec_tool(void* arg) {
+    const auto& setup = *static_cast<const ChildSetup*>(arg);
+    // The helper killed at the deadline takes the tool with it.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != setup.parent) ::_exit(127);
+    if (::dup2(setup.stdin_fd, 0) < 0 || ::dup2(setup.stdout_fd, 1) < 0 ||
+        ::dup2(setup.stderr_fd, 2) < 0)
+        ::_exit(127);
+    // Every signal was blocked for the clone; a mask survives exec.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    // A worker's pipe inherited by the tool would keep it open past the worker.
+    ::close_range(3, ~0U, 0);
+    ::execve(setup.path, setup.argv, setup.envp);
+    constexpr char k_message[] = "exec of the stack tool failed\n";
+    [[maybe_unused]] ssize_t ignored = ::write(2, k_message, sizeof k_message - 1);
+    ::_exit(127);
+}
+
+// The helper (see the top of this file). Exits with the tool's exit code, or
+// 128 + the signal that ended it.
+int run_helper(void* arg) {
+    ChildSetup setup = *static_cast<const ChildSetup*>(arg);
+    // Its own group: the deadline kills the tool with it, and a Ctrl-C at the
+    // terminal is ddprun's to handle, not the tool's.
+    ::setpgid(0, 0);
+    // A ddprun that dies must not leave a debugger attached to its workers.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != setup.parent) ::_exit(127);
+    setup.parent = ::getpid();
+    pid_t tool = ::clone(exec_tool, setup.tool_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, &setup);
+    if (tool < 0) ::_exit(127);
+    // The tool has exec'd: its pipes close when it ends, not when we do.
+    ::close_range(0, ~0U, 0);
+    int status = 0;
+    while (::waitpid(tool, &status, 0) < 0)
+        if (errno != EINTR) ::_exit(127);
+    ::_exit(WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+// One tool run: its pipes, what it printed so far, and how it ended.
+struct ToolRun {
+    pid_t target = 0;
+    pid_t child = -1;
+    UniqueFd out;
+    UniqueFd err;
+    std::string out_text;
+    std::string err_text;
+    bool out_cut = false;
+    bool reaped = false;
+    int status = 0;
+    std::string error;  // set when it could not start
+};
+
+// Owned argv/envp storage whose c_str() pointers the child uses.
+struct Strings {
+    std::vector<std::string> items;
+    std::vector<char*> pointers() {
+        std::vector<char*> out;
+        for (auto& item : items) out.push_back(item.data());
+        out.push_back(nullptr);
+        return out;
+    }
+};
+
+// The tools' environment: ddprun's, in the C locale (their messages are shown
+// and parsed), without DEBUGINFOD_URLS (a hang report must not wait on
+// downloads of debug info).
+Strings tool_environment() {
+    Strings env;
+    for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+        std::string_view item(*entry);
+        if (item.starts_with("LC_") || item.starts_with("LANG=") || item.starts_with("LANGUAGE=") ||
+            item.starts_with("DEBUGINFOD_URLS="))
+            continue;
+        env.items.emplace_back(item);
+    }
+    env.items.emplace_back("LC_ALL=C");
+    return env;
+}
+
+void start(ToolRun& run, const std::string& path, bool gdb, char* const* envp, int stdin_fd) {
+    Strings args;
+    std::string pid = std::to_string(run.target);
+    if (gdb)
+        args.items = {path,
+                      "-p",
+                      pid,
+                      "-batch",
+                      "-nx",
+                      "-ex",
+                      "set pagination off",
+                      "-ex",
+                      "thread apply all bt"};
+    else
+        args.items = {path, "-p", pid};
+    auto argv = args.pointers();
+
+    int out[2];
+    int err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+        run.error = fmt::format("pipe2: {}", std::strerror(errno));
+        return;
+    }
+    run.out.reset(out[0]);
+    UniqueFd out_write(out[1]);
+    if (::pipe2(err, O_CLOEXEC) != 0) {
+        run.error = fmt::format("pipe2: {}", std::strerror(errno));
+        return;
+    }
+    run.err.reset(err[0]);
+    UniqueFd err_write(err[1]);
+    // Only our ends are non-blocking; the tool writes to blocking pipes.
+    ::fcntl(run.out.get(), F_SETFL, O_NONBLOCK);
+    ::fcntl(run.err.get(), F_SETFL, O_NONBLOCK);
+
+    // The helper and the tool run on copies of this memory until execve; each
+    // needs a small stack only.
+    constexpr std::size_t k_stack_size = 64 * 1024;
+    auto stacks = std::make_unique<char[]>(2 * k_stack_size);
+    ChildSetup setup{path.c_str(), argv.data(), envp,       stdin_fd,
+                     out[1],       err[1],      ::getpid(), stacks.get() + k_stack_size};
+    // No handler of ddprun's may run in the helper: block every signal across
+    // the clone; the tool unblocks them before execve.
+    sigset_t all;
+    sigset_t old;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    // Exit signal 0 (the low byte of the flags): see the top of this file.
+    pid_t child = ::clone(run_helper, stacks.get() + 2 * k_stack_size, 0, &setup);
+    int clone_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (child < 0) {
+        run.error = fmt::format("clone: {}", std::strerror(clone_errno));
+        run.out.reset();
+        run.err.reset();
+        return;
+    }
+    run.child = child;
+}
+
+bool try_reap(ToolRun& run, int flags) {
+    if (run.reaped || run.child < 0) return true;
+    for (;;) {
+        pid_t done = ::waitpid(run.child, &run.status, __WCLONE | flags);
+        if (done < 0 && errno == EINTR) continue;
+        // ECHILD: someone else waited with __WALL; it is gone either way.
+        if (done != 0) run.reaped = true;
+        return run.reaped;
+    }
+}
+
+// Reads what is there; closes the fd at end of file. Keeps up to `max_bytes`.
+void drain(UniqueFd& fd, std::string& text, bool& cut, std::size_t max_bytes) {
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::read(fd.get(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) return;
+        if (n <= 0) {
+            fd.reset();
+            return;
+        }
+        std::size_t keep = std::min(static_cast<std::size_t>(n), max_bytes - text.size());
+        text.append(buf, keep);
+        if (keep < static_cast<std::size_t>(n)) cut = true;
+    }
+}
+
+// Kills the tool, and reaps it within a bound; a SIGKILLed process ends at
+// once unless the kernel holds it, and then waiting longer would not help.
+void kill_and_reap(ToolRun& run) {
+    ::kill(-run.child, SIGKILL);
+    ::kill(run.child, SIGKILL);
+    auto bound = Clock::now() + std::chrono::seconds(2);
+    while (!try_reap(run, WNOHANG) && Clock::now() < bound) {
+        timespec pause{0, 1'000'000};
+        ::nanosleep(&pause, nullptr);
+    }
+}
+
+// One line from the tool's stderr: its messages without its name, joined.
+std::string tool_failure(const ToolRun& run, std::string_view tool) {
+    std::string reasons;
+    std::string_view text = run.err_text;
+    while (!text.empty() && reasons.size() < 300) {
+        std::size_t newline = text.find('\n');
+        std::string_view line = trim(text.substr(0, newline));
+        text.remove_prefix(newline == std::string_view::npos ? text.size() : newline + 1);
+        if (line.starts_with("eu-stack: ")) line.remove_prefix(10);
+        if (line.empty()) continue;
+        if (!reasons.empty()) reasons += "; ";
+        reasons += line;
+    }
+    std::string how;
+    // The helper's exit code: the tool's, or 128 + its signal.
+    int code = run.reaped && WIFEXITED(run.status) ? WEXITSTATUS(run.status) : 0;
+    if (code > 128)
+        how = fmt::format(" (killed by signal {})", code - 128);
+    else if (code != 0)
+        how = fmt::format(" (exit {})", code);
+    std::string message = fmt::format("{} -p {} printed no stack{}: {}", tool, run.target, how,
+                                      reasons.empty() ? "no message" : reasons);
+    if (reasons.find("not permitted") != std::string::npos ||
+        reasons.find("Permission denied") != std::string::npos)
+        message +=
+            " (ptrace refused: another debugger attached, or see "
+            "/proc/sys/kernel/yama/ptrace_scope)";
+    return message;
+}
+
+}  // namespace
+
+std::string native_stack_tool() {
+    for (std::string_view tool : {"eu-stack", "gdb"})
+        if (!find_executable(tool).empty()) return std::string(tool);
+    return {};
+}
+
+std::vector<NativeStack> capture_native_stacks(const std::vector<pid_t>& pids,
+                                               std::chrono::milliseconds deadline,
+                                               std::string_view tool, std::size_t max_bytes) {
+    const auto end = Clock::now() + deadline;
+    std::vector<NativeStack> results(pids.size());
+    std::string path = find_executable(tool);
+    std::string tool_name = std::filesystem::path(std::string(tool)).filename().string();
+    std::vector<ToolRun> runs(pids.size());
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+        results[i].pid = runs[i].target = pids[i];
+        if (path.empty())
+            runs[i].error = tool.empty() ? std::string(k_no_stack_tool)
+                                         : fmt::format("stack tool {} not found", tool);
+        else
+            runs[i].error = why_not_attachable(pids[i]);
+    }
+
+    UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    Strings env = tool_environment();
+    auto envp = env.pointers();
+    for (auto& run : runs)
+        if (run.error.empty())
+            start(run, path, tool_name.starts_with("gdb"), envp.data(), dev_null.get());
+
+    for (;;) {
+        std::vector<pollfd> fds;
+        std::vector<ToolRun*> owners;
+        bool exiting = false;  // a tool closed its pipes and has not been reaped yet
+        for (auto& run : runs) {
+            if (run.child < 0 || run.reaped) continue;
+            for (UniqueFd* fd : {&run.out, &run.err}) {
+                if (!*fd) continue;
+                fds.push_back({fd->get(), POLLIN, 0});
+                owners.push_back(&run);
+            }
+            if (!run.out && !run.err && !try_reap(run, WNOHANG)) exiting = true;
+        }
+        if (fds.empty() && !exiting) break;
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(end - Clock::now());
+        if (left.count() <= 0) break;
+        // Nothing signals a clone child's exit to this thread; its pipes closing
+        // says it is ending, and a few milliseconds later it has.
+        int timeout = static_cast<int>(exiting ? std::min<long>(left.count(), 5) : left.count());
+        int ready = ::poll(fds.data(), fds.size(), timeout);
+        if (ready < 0 && errno != EINTR) break;
+        for (std::size_t i = 0; ready > 0 && i < fds.size(); ++i) {
+            if (fds[i].revents == 0) continue;
+            ToolRun& run = *owners[i];
+            bool is_out = run.out && run.out.get() == fds[i].fd;
+            bool ignored_cut = false;
+            if (is_out)
+                drain(run.out, run.out_text, run.out_cut, max_bytes);
+            else
+                drain(run.err, run.err_text, ignored_cut, 16 * 1024);
+        }
+    }
+
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        ToolRun& run = runs[i];
+        if (!run.error.empty()) {
+            results[i].error = run.error;
+            continue;
+        }
+        if (!run.reaped) {
+            kill_and_reap(run);
+            // PTRACE_ATTACH sends SIGSTOP: a tool killed before it waited for that
+            // stop leaves it pending, and the worker stops once detached. A stopped
+            // worker prints no traceback and ignores SIGTERM. (Defensive: the tests
+            // have not caught gdb in that window.)
+            ::kill(run.target, SIGCONT);
+            results[i].error = fmt::format("{} -p {} did not finish within {} ms: killed it",
+                                           tool_name, run.target, deadline.count());
+            continue;
+        }
+        if (run.out_text.starts_with("#0") || run.out_text.find("\n#0") != std::string::npos) {
+            results[i].text = std::move(run.out_text);
+            if (run.out_cut)
+                results[i].text += fmt::format("\n[cut at {} KiB]\n", max_bytes / 1024);
+        } else {
+            results[i].error = tool_failure(run, tool_name);
+        }
+    }
+    return results;
+}
+
+}  // namespace ddprun
