@@ -82,15 +82,30 @@ void Agent::Impl::look_for_hang() {
             }
         record.exit_code = exit_code::kHang;
         record.time_ms = wall_ms();
-        std::vector<RankProgress> stuck;
-        for (const auto& r : progress)
-            if (r.hung) stuck.push_back(r);
-        record.message = fmt::format("{} (node {}, {}): no progress within --hang-timeout={}: {}",
-                                     hung.size() == 1 ? fmt::format("rank {}", hung[0])
-                                                      : fmt::format("{} ranks", hung.size()),
-                                     node_rank, ctx.host, seconds_text(ctx.config.hang_timeout),
-                                     describe_progress(stuck));
-        (void)first;
+        if (hung.size() == 1 && first != progress.end()) {
+            record.message =
+                first->silent_ms < 0
+                    ? fmt::format("rank {} (node {}, {}, pid {}) never beat within "
+                                  "--hang-timeout-first={}",
+                                  record.rank, node_rank, ctx.host, record.pid,
+                                  seconds_text(*ctx.config.hang_timeout_first))
+                    : fmt::format("rank {} (node {}, {}, pid {}) stopped making progress: no beat "
+                                  "for {:.1f} s (--hang-timeout={}), last beat {}",
+                                  record.rank, node_rank, ctx.host, record.pid,
+                                  static_cast<double>(first->silent_ms) / 1000.0,
+                                  seconds_text(ctx.config.hang_timeout),
+                                  first->label.empty() ? std::string("without a label")
+                                                       : "'" + first->label + "'");
+        } else {
+            std::vector<RankProgress> stuck;
+            for (const auto& r : progress)
+                if (r.hung) stuck.push_back(r);
+            record.message = fmt::format("{} ranks of node {} ({}) stopped making progress "
+                                         "(--hang-timeout={}): {}",
+                                         hung.size(), node_rank, ctx.host,
+                                         seconds_text(ctx.config.hang_timeout),
+                                         describe_progress(stuck));
+        }
         spdlog::error("hang: {}", record.message);
         publish_failure(std::move(record));
         return;  // no more looks this round
@@ -129,7 +144,7 @@ void Agent::Impl::stacks_captured(std::vector<NativeStack> stacks) {
     if (phase != Phase::Stopping) return;  // killed meanwhile: nothing left to ask
     for (const auto& w : hang_stop->workers) {
         if (!is_python(w.pid)) continue;
-        disable_core_dumps(w.pid);  // the dump is the point, not a core file
+        (void)disable_core_dumps(w.pid);  // the dump is the point, not a core file
         workers.signal_worker(w.pid, SIGABRT);
         hang_stop->dumping.push_back(w.pid);
     }
