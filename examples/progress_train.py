@@ -5,9 +5,10 @@ detection, and can be told to hang one rank to see what ddprun reports.
     ddprun --nproc_per_node=4 --hang-timeout=10 --log_dir=/tmp/logs \\
         examples/progress_train.py --steps 1000 --stall-rank 3 --stall-step 5
 
-Each step: beat("step N"), compute, all_reduce. With --stall-rank R, rank R
-sleeps before its all_reduce of step --stall-step, so the other ranks wait in
-theirs: ddprun names rank R as the one that stopped beating first, and its
+Each step: compute, beat("step N"), all_reduce. With --stall-rank R, rank R
+sleeps in the compute of step --stall-step, so the other ranks beat once more
+and wait in all_reduce: ddprun names rank R as the one that stopped beating
+first (a step earlier than the others), and its
 summary shows rank R in time.sleep and the others in all_reduce (their full
 stacks, Python and native, are in --log_dir's stacks.txt).
 """
@@ -37,10 +38,10 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     value = torch.zeros(1)
     for step in range(args.steps):
-        beat(f"step {step}")
         time.sleep(args.step_time)  # the step's compute
         if rank == args.stall_rank and step == args.stall_step:
             time.sleep(3600)  # the bug: this rank never reaches the collective
+        beat(f"step {step}")  # done computing; the others wait for it in all_reduce
         value.fill_(float(rank))
         dist.all_reduce(value)
     if rank == 0:

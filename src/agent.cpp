@@ -147,8 +147,13 @@ int Agent::Impl::report_failure(const std::string& title) {
     if (stop_event && stop_event->kind == StopEvent::Kind::Failure &&
         stop_event->failure.kind == FailureKind::Hang) {
         std::fflush(stdout);
+        // The root cause is the rank that stopped first job-wide, whichever node saw a
+        // hang first (each looks on its own clock).
+        std::optional<RankProgress> first;
+        if (hang_stop) first = first_to_stop(hang_stop->progress);
         std::fputs(format_hang_summary(
-                       title, stop_event->exit_code, stop_event->failure.message,
+                       title, stop_event->exit_code,
+                       first ? describe_first_stop(*first, limits()) : stop_event->failure.message,
                        hang_stop ? describe_progress(hang_stop->progress) : std::string(),
                        hang_stop ? hang_stop->rank_lines : std::vector<std::string>{})
                        .c_str(),

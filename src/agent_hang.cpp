@@ -43,18 +43,18 @@ std::string fs_parent(const std::string& path) {
     return slash == std::string::npos ? path : path.substr(0, slash);
 }
 
-std::string seconds_text(milliseconds ms) {
-    return fmt::format("{:g} s", static_cast<double>(ms.count()) / 1000.0);
-}
 
 }  // namespace
+
+HangLimits Agent::Impl::limits() const {
+    return HangLimits{ctx.config.hang_timeout, ctx.config.hang_timeout_first};
+}
 
 void Agent::Impl::watch_hangs() {
     if (ctx.config.hang_timeout.count() == 0) return;
     std::vector<int> ranks;
     for (const auto& w : workers.running_workers()) ranks.push_back(w.rank);
-    hang_monitor = HangMonitor(HangLimits{ctx.config.hang_timeout, ctx.config.hang_timeout_first},
-                               ranks, HangMonitor::Clock::now());
+    hang_monitor = HangMonitor(limits(), ranks, HangMonitor::Clock::now(), node_rank);
     hang_timer = std::make_unique<asio::steady_timer>(io);
     look_for_hang();
 }
@@ -63,18 +63,15 @@ void Agent::Impl::look_for_hang() {
     if (phase != Phase::Running) return;
     const auto now = HangMonitor::Clock::now();
     for (auto& beat : workers.read_beats()) hang_monitor.beat(beat.rank, now, beat.label);
-    const std::vector<int> hung = hang_monitor.hung(now);
-    if (!hung.empty()) {
+    const auto progress = hang_monitor.progress(now);
+    if (auto first = first_to_stop(progress)) {
         // The round's failure: the stop comes back to every node, this one too, and
         // begins the capture there (begin_hang_stop).
-        const auto progress = hang_monitor.progress(now);
-        const auto first = std::find_if(progress.begin(), progress.end(),
-                                        [&](const RankProgress& r) { return r.rank == hung[0]; });
         FailureRecord record;
         record.kind = FailureKind::Hang;
         record.node_rank = node_rank;
         record.host = ctx.host;
-        record.rank = hung.front();
+        record.rank = first->rank;
         for (const auto& w : workers.running_workers())
             if (w.rank == record.rank) {
                 record.local_rank = w.local_rank;
@@ -82,30 +79,13 @@ void Agent::Impl::look_for_hang() {
             }
         record.exit_code = exit_code::kHang;
         record.time_ms = wall_ms();
-        if (hung.size() == 1 && first != progress.end()) {
-            record.message =
-                first->silent_ms < 0
-                    ? fmt::format("rank {} (node {}, {}, pid {}) never beat within "
-                                  "--hang-timeout-first={}",
-                                  record.rank, node_rank, ctx.host, record.pid,
-                                  seconds_text(*ctx.config.hang_timeout_first))
-                    : fmt::format("rank {} (node {}, {}, pid {}) stopped making progress: no beat "
-                                  "for {:.1f} s (--hang-timeout={}), last beat {}",
-                                  record.rank, node_rank, ctx.host, record.pid,
-                                  static_cast<double>(first->silent_ms) / 1000.0,
-                                  seconds_text(ctx.config.hang_timeout),
-                                  first->label.empty() ? std::string("without a label")
-                                                       : "'" + first->label + "'");
-        } else {
-            std::vector<RankProgress> stuck;
-            for (const auto& r : progress)
-                if (r.hung) stuck.push_back(r);
-            record.message = fmt::format("{} ranks of node {} ({}) stopped making progress "
-                                         "(--hang-timeout={}): {}",
-                                         hung.size(), node_rank, ctx.host,
-                                         seconds_text(ctx.config.hang_timeout),
-                                         describe_progress(stuck));
-        }
+        std::vector<RankProgress> others;
+        for (const auto& r : progress)
+            if (r.hung && r.rank != first->rank) others.push_back(r);
+        record.message = fmt::format("{} on {} (pid {}){}", describe_first_stop(*first, limits()),
+                                     ctx.host, record.pid,
+                                     others.empty() ? std::string()
+                                                    : "; also: " + describe_progress(others));
         spdlog::error("hang: {}", record.message);
         publish_failure(std::move(record));
         return;  // no more looks this round
@@ -124,6 +104,8 @@ void Agent::Impl::begin_hang_stop() {
     cluster->share_progress(hang_monitor.progress(HangMonitor::Clock::now()), k_share_bound,
                             [this](std::vector<RankProgress> all) {
                                 spdlog::error("hang: every rank: {}", describe_progress(all));
+                                if (auto first = first_to_stop(all))
+                                    spdlog::error("hang: {}", describe_first_stop(*first, limits()));
                                 if (hang_stop) hang_stop->progress = std::move(all);
                             });
     std::vector<pid_t> pids;

@@ -112,6 +112,7 @@ struct Agent::Impl {
         std::vector<std::string> rank_lines;  // the summary's: each rank's top frames
     };
     std::unique_ptr<HangStop> hang_stop;
+    HangLimits limits() const;
     void watch_hangs();
     void look_for_hang();
     void begin_hang_stop();

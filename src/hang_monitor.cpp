@@ -29,8 +29,9 @@ std::string quoted_label(const std::string& label) {
 
 }  // namespace
 
-HangMonitor::HangMonitor(HangLimits limits, const std::vector<int>& ranks, Clock::time_point start)
-    : m_limits(limits), m_start(start) {
+HangMonitor::HangMonitor(HangLimits limits, const std::vector<int>& ranks, Clock::time_point start,
+                         int node_rank)
+    : m_limits(limits), m_start(start), m_node_rank(node_rank) {
     for (int rank : ranks) m_ranks.push_back(Rank{rank, std::nullopt, {}, false});
     std::sort(m_ranks.begin(), m_ranks.end(),
               [](const Rank& a, const Rank& b) { return a.rank < b.rank; });
@@ -66,10 +67,37 @@ std::vector<RankProgress> HangMonitor::progress(Clock::time_point now) const {
     std::vector<RankProgress> all;
     for (const Rank& r : m_ranks) {
         if (r.exited) continue;
-        all.push_back(RankProgress{r.rank, r.last ? ms_between(*r.last, now) : -1,
+        all.push_back(RankProgress{r.rank, m_node_rank, r.last ? ms_between(*r.last, now) : -1,
                                    ms_between(m_start, now), r.label, is_hung(r, now)});
     }
     return all;
+}
+
+std::optional<RankProgress> first_to_stop(const std::vector<RankProgress>& ranks) {
+    auto silence = [](const RankProgress& r) { return r.silent_ms < 0 ? r.running_ms : r.silent_ms; };
+    std::optional<RankProgress> first;
+    for (const RankProgress& r : ranks)
+        if (r.hung && (!first || silence(r) > silence(*first) ||
+                       (silence(r) == silence(*first) && r.rank < first->rank)))
+            first = r;
+    return first;
+}
+
+std::string describe_first_stop(const RankProgress& rank, const HangLimits& limits) {
+    const std::string who = rank.node_rank >= 0
+                                ? fmt::format("rank {} (node {})", rank.rank, rank.node_rank)
+                                : fmt::format("rank {}", rank.rank);
+    auto bound = [](std::chrono::milliseconds ms) {
+        return fmt::format("{:g} s", static_cast<double>(ms.count()) / 1000.0);
+    };
+    if (rank.silent_ms < 0)
+        return fmt::format("{} never beat within --hang-timeout-first={} (running {})", who,
+                           limits.first ? bound(*limits.first) : std::string("?"),
+                           seconds(rank.running_ms));
+    return fmt::format("{} stopped making progress first: no beat for {} (--hang-timeout={}), "
+                       "last beat {}",
+                       who, seconds(rank.silent_ms), bound(limits.timeout),
+                       quoted_label(rank.label));
 }
 
 std::string describe_progress(std::vector<RankProgress> ranks) {

@@ -307,6 +307,7 @@ std::string progress_json(const std::vector<RankProgress>& ranks, const std::str
     for (std::size_t i = 0; i < ranks.size() && i < k_max_node_outcomes; ++i) {
         const RankProgress& r = ranks[i];
         list.push_back({{"rank", r.rank},
+                        {"node_rank", r.node_rank},
                         {"silent_ms", r.silent_ms},
                         {"running_ms", r.running_ms},
                         {"label", truncated(r.label, k_max_tail_line_bytes)},
@@ -331,6 +332,7 @@ std::expected<std::vector<RankProgress>, std::string> parse_progress(std::string
         RankProgress r;
         FieldReader read(item);
         read.integer("rank", r.rank, 0, k_max_int);
+        read.integer("node_rank", r.node_rank, 0, k_max_int);
         read.integer("silent_ms", r.silent_ms, std::int64_t{-1}, std::int64_t{INT64_MAX});
         read.integer("running_ms", r.running_ms, std::int64_t{0}, std::int64_t{INT64_MAX});
         read.text("label", r.label, k_max_tail_line_bytes);

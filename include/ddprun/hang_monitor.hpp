@@ -32,7 +32,8 @@ class HangMonitor {
     using Clock = std::chrono::steady_clock;
 
     HangMonitor() = default;
-    HangMonitor(HangLimits limits, const std::vector<int>& ranks, Clock::time_point start);
+    HangMonitor(HangLimits limits, const std::vector<int>& ranks, Clock::time_point start,
+                int node_rank = -1);
 
     // `rank` wrote something at `at`; `label` is its last line ("" keeps the last one).
     void beat(int rank, Clock::time_point at, const std::string& label);
@@ -55,6 +56,7 @@ class HangMonitor {
 
     HangLimits m_limits;
     Clock::time_point m_start;
+    int m_node_rank = -1;
     std::vector<Rank> m_ranks;
 };
 
@@ -64,5 +66,12 @@ class HangMonitor {
 //    29.9 s ago ('step 42'); rank 4 never beat"
 // Ranks with the same label and about the same silence are shown together.
 std::string describe_progress(std::vector<RankProgress> ranks);
+
+// The hung rank that stopped first: the longest silent (one that never beat has
+// been silent since its start). nullopt when none is hung.
+std::optional<RankProgress> first_to_stop(const std::vector<RankProgress>& ranks);
+// That rank as the hang's root cause, in one line: "rank 3 (node 1) stopped making
+// progress first: no beat for 30.1 s (--hang-timeout=30 s), last beat 'step 41'".
+std::string describe_first_stop(const RankProgress& rank, const HangLimits& limits);
 
 }  // namespace ddprun

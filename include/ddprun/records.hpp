@@ -48,6 +48,7 @@ struct NodeInfo {
 // shared with the other nodes through the store.
 struct RankProgress {
     int rank = -1;
+    int node_rank = -1;
     std::int64_t silent_ms = -1;  // since its last beat; -1: it never beat
     std::int64_t running_ms = 0;  // since its worker started
     std::string label;            // the last line it wrote ("" if none)
