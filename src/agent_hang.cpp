@@ -82,11 +82,9 @@ void Agent::Impl::look_for_hang() {
         std::vector<RankProgress> others;
         for (const auto& r : progress)
             if (r.hung && r.rank != first->rank) others.push_back(r);
-        record.message = fmt::format("{} on {} (pid {}){}", describe_first_stop(*first, limits()),
-                                     ctx.host, record.pid,
-                                     others.empty() ? std::string()
-                                                    : "; also: " + describe_progress(others));
-        spdlog::error("hang: {}", record.message);
+        record.message = describe_first_stop(*first, limits()) +
+                         (others.empty() ? std::string() : "; also: " + describe_progress(others));
+        spdlog::debug("hang seen here: {}", record.message);
         publish_failure(std::move(record));
         return;  // no more looks this round
     }
@@ -103,9 +101,12 @@ void Agent::Impl::begin_hang_stop() {
     hang_stop->workers = workers.running_workers();
     cluster->share_progress(hang_monitor.progress(HangMonitor::Clock::now()), k_share_bound,
                             [this](std::vector<RankProgress> all) {
-                                spdlog::error("hang: every rank: {}", describe_progress(all));
-                                if (auto first = first_to_stop(all))
-                                    spdlog::error("hang: {}", describe_first_stop(*first, limits()));
+                                // One line on every node: who stopped first, then every rank.
+                                auto first = first_to_stop(all);
+                                spdlog::error("hang: {}every rank: {}",
+                                              first ? describe_first_stop(*first, limits()) + "; "
+                                                    : std::string(),
+                                              describe_progress(all));
                                 if (hang_stop) hang_stop->progress = std::move(all);
                             });
     std::vector<pid_t> pids;

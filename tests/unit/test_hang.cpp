@@ -89,9 +89,9 @@ TEST(HangMonitor, ARankIsWatchedFromItsFirstBeat) {
     EXPECT_TRUE(monitor.hung(t0 + 20s).empty()) << "a beat resets the clock";
     auto progress = monitor.progress(t0 + 20s);
     ASSERT_EQ(progress.size(), 2u);
-    EXPECT_EQ(progress[0], (RankProgress{0, 5000, 20000, "step 1", false}))
+    EXPECT_EQ(progress[0], (RankProgress{0, -1, 5000, 20000, "step 1", false}))
         << "an empty label keeps the last one";
-    EXPECT_EQ(progress[1], (RankProgress{1, -1, 20000, "", false}));
+    EXPECT_EQ(progress[1], (RankProgress{1, -1, -1, 20000, "", false}));
 }
 
 TEST(HangMonitor, TheFirstBeatTimeoutWatchesRanksThatNeverBeat) {
@@ -121,14 +121,32 @@ TEST(HangMonitor, OffMeansNeverHung) {
 
 TEST(DescribeProgress, HungFirstThenTheOthersGroupedByLabelAndSilence) {
     const std::vector<RankProgress> ranks = {
-        {0, 9900, 60000, "step 42", false}, {3, 30100, 60000, "step 41", true},
-        {1, 9800, 60000, "step 42", false}, {2, 9900, 60000, "step 42", false},
-        {5, -1, 60000, "", false},          {4, 100, 60000, "eval", false},
+        {0, 1, 9900, 60000, "step 42", false}, {3, 1, 30100, 60000, "step 41", true},
+        {1, 1, 9800, 60000, "step 42", false}, {2, 1, 9900, 60000, "step 42", false},
+        {5, 1, -1, 60000, "", false},          {4, 1, 100, 60000, "eval", false},
     };
     EXPECT_EQ(describe_progress(ranks),
               "no progress from rank 3 for 30.1 s (last beat 'step 41'); ranks 0-2 last beat "
               "9.9 s ago ('step 42'); rank 4 last beat 0.1 s ago ('eval'); rank 5 never beat");
     EXPECT_EQ(describe_progress({}), "no rank beats");
+    auto first = first_to_stop(ranks);
+    ASSERT_TRUE(first);
+    EXPECT_EQ(describe_first_stop(*first, HangLimits{30s, std::nullopt}),
+              "rank 3 (node 1) stopped making progress first: no beat for 30.1 s "
+              "(--hang-timeout=30 s), last beat 'step 41'");
+}
+
+// Of the hung ranks, the one silent longest stopped first; one that never beat has
+// been silent since its start.
+TEST(DescribeProgress, TheFirstToStopIsTheLongestSilent) {
+    EXPECT_FALSE(first_to_stop({{0, 0, 50000, 60000, "a", false}}));
+    auto first = first_to_stop({{0, 0, 31000, 60000, "a", true},
+                                {1, 0, -1, 40000, "", true},
+                                {2, 1, 32000, 60000, "b", true}});
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->rank, 1);
+    EXPECT_EQ(describe_first_stop(*first, HangLimits{30s, 35s}),
+              "rank 1 (node 0) never beat within --hang-timeout-first=35 s (running 40.0 s)");
 }
 
 }  // namespace
