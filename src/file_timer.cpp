@@ -116,9 +116,13 @@ struct FileTimerServer::Impl : std::enable_shared_from_this<FileTimerServer::Imp
 };
 
 // Only this node's workers and what they started may be signalled: a line in
-// the FIFO names a pid but proves nothing about who wrote it. A process is the
-// job's when a running worker is among its ancestors, or, for an orphan the
-// agent (a subreaper) adopted, when it still is in a worker's process group.
+// the FIFO names a pid but proves nothing about who wrote it. A writer (one of
+// this user's processes: the FIFO is 0600) could kill the job's processes with
+// kill(2) anyway; what it must not gain is ddprun signalling anything else. A
+// process is the job's when a running worker is among its ancestors, or, for
+// an orphan the agent (a subreaper) adopted, when it is still in a worker's
+// process group. Checked when a pid's first timer arrives and again just
+// before the signal, as the pid may have ended and been reused meanwhile.
 std::optional<FileTimerServer::Impl::Owner> FileTimerServer::Impl::owner_of(pid_t pid) const {
     const pid_t agent = ::getpid();
     std::optional<pid_t> group;
