@@ -338,6 +338,12 @@ TEST_F(FileTimerServerTest, OnlyWorkersAndTheirDescendantsAreSignalled) {
     ASSERT_GT(grandchild, 0) << testing::read_file(pidfile);
     UniqueFd grandchild_exit(static_cast<int>(::syscall(SYS_pidfd_open, grandchild, 0)));
     ASSERT_TRUE(grandchild_exit);
+    // Whatever the test finds, the grandchild (it sleeps forever) must not outlive it;
+    // through its pidfd, so a reused pid is never hit.
+    struct KillOnExit {
+        int pidfd;
+        ~KillOnExit() { ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0); }
+    } kill_grandchild{grandchild_exit.get()};
 
     auto server = make_server();
     ASSERT_TRUE(server);
@@ -345,7 +351,7 @@ TEST_F(FileTimerServerTest, OnlyWorkersAndTheirDescendantsAreSignalled) {
     send(fifo, request_line(stranger.pid(), "evil", wall_now() - 1, SIGKILL) + "\n");
     send(fifo, request_line(grandchild, "loader", wall_now(), SIGKILL) + "\n");
     bool exited = false;
-    boost::asio::posix::stream_descriptor watch(io, grandchild_exit.release());
+    boost::asio::posix::stream_descriptor watch(io, ::dup(grandchild_exit.get()));
     watch.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                      [&](boost::system::error_code ec) { exited = !ec; });
     boost::asio::steady_timer guard(io, k_hang_guard);
