@@ -20,7 +20,7 @@ build_dir=${BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-$(nproc)}
 seconds=${FUZZ_SECONDS:-20}
 cxx=${FUZZ_CXX:-clang++-14}
-all_targets=(cli error_file node_info failure_record hostlist round_result elastic)
+all_targets=(cli error_file node_info failure_record hostlist round_result elastic file_timer)
 targets=("$@")
 ((${#targets[@]} > 0)) || targets=("${all_targets[@]}")
 
@@ -37,10 +37,12 @@ cmake --build "$build_dir" -j"$jobs" --target "${targets[@]/#/fuzz_}"
 
 # Inputs longer than this only make a run slower: the longest real command
 # line, record or host list is far shorter. A host list expands to up to
-# 100000 names, so its inputs are kept shorter still to bound memory.
+# 100000 names, so its inputs are kept shorter still to bound memory. FileTimer
+# requests come in a stream of lines: longer inputs reach the overlong-line path.
 max_len_of() {
   case $1 in
     hostlist) echo 256 ;;
+    file_timer) echo 16384 ;;
     *) echo 4096 ;;
   esac
 }

@@ -25,6 +25,27 @@ Status become_subreaper() {
     return {};
 }
 
+std::optional<ProcessIds> process_ids(pid_t pid) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    if (!std::getline(stat, line)) return std::nullopt;
+    // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
+    auto close = line.rfind(')');
+    if (close == std::string::npos) return std::nullopt;
+    // " S PPID PGRP ...": the state, then the parent's pid and the process group.
+    std::string_view fields = trim(std::string_view(line).substr(close + 1));
+    auto next_field = [&fields]() -> std::optional<long long> {
+        auto space = fields.find(' ');
+        if (space == std::string_view::npos) return std::nullopt;
+        fields.remove_prefix(space + 1);
+        return to_integer(fields.substr(0, fields.find(' ')));
+    };
+    auto ppid = next_field();
+    auto pgid = next_field();
+    if (!ppid || !pgid) return std::nullopt;
+    return ProcessIds{static_cast<pid_t>(*ppid), static_cast<pid_t>(*pgid)};
+}
+
 std::expected<std::vector<pid_t>, Error> children_of(pid_t parent) {
     std::vector<pid_t> children;
     DIR* proc = ::opendir("/proc");
@@ -36,20 +57,8 @@ std::expected<std::vector<pid_t>, Error> children_of(pid_t parent) {
         auto pid = to_integer(entry->d_name);
         if (!pid || *pid <= 0) continue;  // not a process
         // A process may end while we look: its stat is then gone, and so is it.
-        std::ifstream stat(fmt::format("/proc/{}/stat", *pid));
-        std::string line;
-        if (!std::getline(stat, line)) continue;
-        // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
-        auto close = line.rfind(')');
-        if (close == std::string::npos) continue;
-        std::string_view fields = std::string_view(line).substr(close + 1);
-        // " S PPID ...": the state, then the parent's pid.
-        fields = trim(fields);
-        auto space = fields.find(' ', 1);
-        if (space == std::string_view::npos) continue;
-        fields.remove_prefix(space + 1);
-        auto ppid = to_integer(fields.substr(0, fields.find(' ')));
-        if (ppid && *ppid == parent) children.push_back(static_cast<pid_t>(*pid));
+        auto ids = process_ids(static_cast<pid_t>(*pid));
+        if (ids && ids->ppid == parent) children.push_back(static_cast<pid_t>(*pid));
     }
     int read_error = errno;
     ::closedir(proc);

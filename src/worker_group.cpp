@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "ddprun/fd.hpp"
+#include "ddprun/file_timer.hpp"
 #include "ddprun/log_mux.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/process_tree.hpp"
@@ -61,6 +62,8 @@ struct WorkerGroup::Impl {
     int running = 0;
     bool killing = false;
     int round = 0;  // DDPRUN_ROUND of the workers, for the log prefix
+    // torch's FileTimer watchdog, decided at the first start(); null: not asked for.
+    std::optional<std::unique_ptr<FileTimerServer>> file_timer;
 
     Impl(asio::io_context& io_, const LaunchContext& ctx_, std::function<void()> given_up,
          Options options_)
@@ -95,6 +98,15 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
     impl.workers.clear();
     const std::string root = ctx.log_dir.empty() ? ctx.scratch_dir : ctx.log_dir;
     const std::string error_dir = attempt_dir(root, ctx.config.rdzv_id, round);
+    if (!impl.file_timer) {
+        auto served = serve_file_timer(impl.io, ctx.env, ctx.scratch_dir, [&impl](pid_t pid) {
+            for (const auto& w : impl.workers)
+                if (w.running && w.pid == pid) return std::optional<int>(w.spec.rank);
+            return std::optional<int>();
+        });
+        if (!served) return std::unexpected(served.error());
+        impl.file_timer = std::move(*served);
+    }
     for (auto& spec :
          plan_node(ctx.config, ctx.resources, info, ctx.env, error_dir, ctx.bindings)) {
         Worker w;
@@ -106,6 +118,8 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
         w.dir = fmt::format("{}/{}", error_dir, w.spec.local_rank);
         for (const auto& [name, value] : w.spec.env)
             if (name == "TORCHELASTIC_ERROR_FILE") w.error_file = value;
+        if (*impl.file_timer)
+            w.spec.env.emplace_back("TORCHELASTIC_TIMER_FILE", (*impl.file_timer)->path());
         impl.workers.push_back(std::move(w));
     }
     if (auto prepared = impl.prepare_dirs(); !prepared) return prepared;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <expected>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "ddprun/error.hpp"
@@ -22,6 +23,14 @@ Status become_subreaper();
 // The pids whose parent is `parent`, from /proc; an error when /proc cannot
 // be read.
 std::expected<std::vector<pid_t>, Error> children_of(pid_t parent);
+
+// A process's parent and process group, from /proc/<pid>/stat; nullopt when
+// it is gone (or /proc cannot say).
+struct ProcessIds {
+    pid_t ppid = 0;
+    pid_t pgid = 0;
+};
+std::optional<ProcessIds> process_ids(pid_t pid);
 
 // SIGKILLs every child (and the process group it leads) and reaps, repeatedly,
 // until no child is left or `bound` has passed. SIGCHLD must be blocked in the

@@ -1,6 +1,7 @@
 // The bodies of the fuzz targets: one check per parser that reads outside
 // input (the command line and PET_* environment, torch's error file, the
-// records agents exchange through the store, Slurm host lists). Shared by the
+// records agents exchange through the store, Slurm host lists, torch's
+// FileTimer requests). Shared by the
 // libFuzzer entry point (fuzz_target.cpp, clang only) and the replay of saved
 // inputs (test_fuzz_regressions.cpp, every build), so an input that once broke
 // a parser stays a test without clang.
@@ -12,6 +13,8 @@
 // sanitizers of the fuzz build catch the rest (overflows, UB, leaks).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -20,6 +23,7 @@
 
 #include "ddprun/cli.hpp"
 #include "ddprun/error_file.hpp"
+#include "ddprun/file_timer_table.hpp"
 #include "ddprun/hostlist.hpp"
 #include "ddprun/rendezvous.hpp"
 // The elastic protocol's own records (the event queue, the answers) are not
@@ -185,6 +189,47 @@ inline std::string check_hostlist(std::string_view data) {
     return {};
 }
 
+// What a worker (or anyone who can open the FIFO) writes to the FileTimer
+// server: lines of requests. An error is one line; an accepted request has a
+// positive pid, a signal in -64..64 and a finite time; the table the requests
+// go through never holds more timers than its bound, and an expiry names a pid
+// the table held.
+inline std::string check_file_timer(std::string_view data) {
+    constexpr std::size_t k_max_timers = 16;
+    try {
+        ddprun::FileTimerTable table;
+        while (!data.empty()) {
+            auto end = data.find('\n');
+            std::string_view line = data.substr(0, end);
+            data.remove_prefix(end == std::string_view::npos ? data.size() : end + 1);
+            auto request = ddprun::parse_file_timer_request(line);
+            if (!request) {
+                if (auto broken = check_one_line("parse_file_timer_request", request.error());
+                    !broken.empty())
+                    return broken;
+                continue;
+            }
+            if (request->pid <= 0) return "parse_file_timer_request accepted a pid <= 0";
+            if (request->signal < -64 || request->signal > 64)
+                return "parse_file_timer_request accepted a signal outside -64..64";
+            if (!std::isfinite(request->expiration_time))
+                return "parse_file_timer_request accepted a time that is not finite";
+            table.apply(*request, 1e9, k_max_timers);
+            if (table.size() > k_max_timers) return "FileTimerTable grew past its bound";
+        }
+        const auto held = table.pids();
+        for (const auto& expiry : table.take_expired(2e11)) {
+            if (std::find(held.begin(), held.end(), expiry.pid) == held.end())
+                return "FileTimerTable expired a pid it did not hold";
+            if (expiry.signal < 0) return "FileTimerTable chose a negative signal";
+        }
+        if (table.size() != 0) return "FileTimerTable kept a timer past every expiration";
+    } catch (const std::exception& error) {
+        return std::string("parse_file_timer_request threw: ") + error.what();
+    }
+    return {};
+}
+
 struct Target {
     std::string_view name;  // also the directory of its corpus and regressions
     std::string (*check)(std::string_view);
@@ -194,7 +239,7 @@ inline constexpr Target k_targets[] = {
     {"cli", check_command_line},    {"error_file", check_error_file},
     {"node_info", check_node_info}, {"failure_record", check_failure_record},
     {"hostlist", check_hostlist},   {"round_result", check_round_result},
-    {"elastic", check_elastic},
+    {"elastic", check_elastic},     {"file_timer", check_file_timer},
 };
 
 }  // namespace ddprun_fuzz
