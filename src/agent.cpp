@@ -225,6 +225,8 @@ void Agent::Impl::finish_round_if_done() {
     // another node still waits for the stop it follows, which names the round's outcome.
     // A node leaving an elastic job does not wait for the others' re-forming either.
     if (!stop_event && !(phase == Phase::Killing && stop_signal) && !left) return;
+    // A hang's summary needs every node's progress: shared within a bound.
+    if (hang_stop && !hang_stop->shared && !(phase == Phase::Killing && stop_signal)) return;
     phase = Phase::Done;
 }
 

@@ -24,6 +24,7 @@ namespace ddprun {
 namespace {
 
 using std::chrono::milliseconds;
+using namespace std::chrono_literals;
 
 // The native stacks of a node's workers are taken in parallel within this bound.
 constexpr milliseconds k_native_bound{3000};
@@ -99,16 +100,18 @@ void Agent::Impl::begin_hang_stop() {
     phase = Phase::Stopping;  // exits from here on are ddprun's doing, not failures
     hang_stop = std::make_unique<HangStop>();
     hang_stop->workers = workers.running_workers();
+    // Frozen first, on every node, as the stop reaches it: a worker killed for its
+    // tracebacks on one node must not wake the others from the collective they are
+    // stuck in (their all_reduce would fail, and their stacks be lost). Each node
+    // shares its progress only once its workers are frozen, and kills only once it
+    // read every node's: a barrier.
+    for (const auto& w : hang_stop->workers) workers.signal_worker(w.pid, SIGSTOP);
+    hang_stop->share_bound = std::make_unique<asio::steady_timer>(io, k_share_bound + 500ms);
+    hang_stop->share_bound->async_wait([this](boost::system::error_code ec) {
+        if (!ec) progress_shared({});  // a store that does not answer: the picture is this node's
+    });
     cluster->share_progress(hang_monitor.progress(HangMonitor::Clock::now()), k_share_bound,
-                            [this](std::vector<RankProgress> all) {
-                                // One line on every node: who stopped first, then every rank.
-                                auto first = first_to_stop(all);
-                                spdlog::error("hang: {}every rank: {}",
-                                              first ? describe_first_stop(*first, limits()) + "; "
-                                                    : std::string(),
-                                              describe_progress(all));
-                                if (hang_stop) hang_stop->progress = std::move(all);
-                            });
+                            [this](std::vector<RankProgress> all) { progress_shared(std::move(all)); });
     std::vector<pid_t> pids;
     for (const auto& w : hang_stop->workers) pids.push_back(w.pid);
     // Blocking (a tool per worker, bounded): off the loop, which keeps serving signals.
@@ -120,17 +123,38 @@ void Agent::Impl::begin_hang_stop() {
     });
 }
 
+void Agent::Impl::progress_shared(std::vector<RankProgress> all) {
+    if (!hang_stop || hang_stop->shared) return;
+    hang_stop->shared = true;
+    hang_stop->share_bound->cancel();
+    if (all.empty()) all = hang_monitor.progress(HangMonitor::Clock::now());
+    // One line on every node: who stopped first, then every rank.
+    auto first = first_to_stop(all);
+    spdlog::error("hang: {}every rank: {}",
+                  first ? describe_first_stop(*first, limits()) + "; " : std::string(),
+                  describe_progress(all));
+    hang_stop->progress = std::move(all);
+    dump_tracebacks();
+}
+
 void Agent::Impl::stacks_captured(std::vector<NativeStack> stacks) {
     if (!hang_stop) return;
     if (hang_stop->capture.joinable()) hang_stop->capture.join();
     hang_stop->native = std::move(stacks);
+    hang_stop->captured = true;
+    dump_tracebacks();
+}
+
+void Agent::Impl::dump_tracebacks() {
+    if (!hang_stop->captured || !hang_stop->shared) return;
     if (phase != Phase::Stopping) return;  // killed meanwhile: nothing left to ask
     for (const auto& w : hang_stop->workers) {
         if (!is_python(w.pid)) continue;
         (void)disable_core_dumps(w.pid);  // the dump is the point, not a core file
-        workers.signal_worker(w.pid, SIGABRT);
+        workers.signal_worker(w.pid, SIGABRT);  // pending until the SIGCONT below
         hang_stop->dumping.push_back(w.pid);
     }
+    for (const auto& w : hang_stop->workers) workers.signal_worker(w.pid, SIGCONT);
     if (hang_stop->dumping.empty()) return end_hang_stop();
     hang_stop->dump_bound = std::make_unique<asio::steady_timer>(io, k_dump_bound);
     hang_stop->dump_bound->async_wait([this](boost::system::error_code ec) {

@@ -110,13 +110,20 @@ struct Agent::Impl {
         std::thread capture;
         std::unique_ptr<asio::steady_timer> dump_bound;
         std::vector<std::string> rank_lines;  // the summary's: each rank's top frames
+        // The round ends once every node's progress is in (or given up on): the
+        // summary needs it.
+        bool shared = false;
+        std::unique_ptr<asio::steady_timer> share_bound;
+        bool captured = false;  // the native stacks are in
     };
+    void progress_shared(std::vector<RankProgress> all);
     std::unique_ptr<HangStop> hang_stop;
     HangLimits limits() const;
     void watch_hangs();
     void look_for_hang();
     void begin_hang_stop();
     void stacks_captured(std::vector<NativeStack> stacks);
+    void dump_tracebacks();
     void dump_exited(pid_t pid);
     void end_hang_stop();
     // After a hung round: every worker's stacks to --log_dir, and the summary's lines.
