@@ -214,8 +214,20 @@ class Child {
         std::string pidfile_env = "FAKE_WORKER_PIDFILE=" + pidfile;
         std::string rank_env = "RANK=0";
         std::vector<char*> envp{rank_env.data(), pidfile_env.data(), nullptr};
-        if (posix_spawn(&m_pid, FAKE_WORKER, &actions, nullptr, argv.data(), envp.data()) != 0)
-            throw std::runtime_error("posix_spawn");
+        // Default signal mask and dispositions in the child, whatever an earlier test in
+        // this process left blocked (an Agent blocks the stop signals and SIGCHLD).
+        posix_spawnattr_t attributes;
+        posix_spawnattr_init(&attributes);
+        sigset_t none, all;
+        sigemptyset(&none);
+        sigfillset(&all);
+        posix_spawnattr_setsigmask(&attributes, &none);
+        posix_spawnattr_setsigdefault(&attributes, &all);
+        posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        const int spawned =
+            posix_spawn(&m_pid, FAKE_WORKER, &actions, &attributes, argv.data(), envp.data());
+        posix_spawnattr_destroy(&attributes);
+        if (spawned != 0) throw std::runtime_error("posix_spawn");
         posix_spawn_file_actions_destroy(&actions);
         m_exited.reset(static_cast<int>(::syscall(SYS_pidfd_open, m_pid, 0)));
         if (!m_exited) throw std::runtime_error("pidfd_open");
