@@ -205,6 +205,22 @@ std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec
                    std::to_string(w.rank), std::to_string(w.world_size),
                    w.sets_devices ? w.devices : "(unset)", cpus_of(w), join(command, " "));
     }
+    if (config.hang_timeout.count() > 0) {
+        auto secs = [](std::chrono::milliseconds ms) {
+            return fmt::format("{:g} s", static_cast<double>(ms.count()) / 1000.0);
+        };
+        out += fmt::format(
+            "\nhangs: a rank that wrote to DDPRUN_PROGRESS_FD and then stays silent for {} is "
+            "hung{}: every node dumps its workers' stacks (Python: PYTHONFAULTHANDLER=1), the job "
+            "stops with exit code 124{}\n",
+            secs(config.hang_timeout),
+            config.hang_timeout_first
+                ? fmt::format(", and so is one that has not written within {} of its start",
+                              secs(*config.hang_timeout_first))
+                : std::string(),
+            config.max_restarts > 0 ? fmt::format(" after {} restart(s)", config.max_restarts)
+                                    : std::string());
+    }
     return out;
 }
 

@@ -142,6 +142,19 @@ TEST_F(Hang, BeatingNeverBlocksEvenWhenDdprunIsStopped) {
     EXPECT_EQ(r.exit_code, 0) << r.describe();
 }
 
+// --dry-run says what --hang-timeout will do, and starts nothing.
+TEST_F(Hang, DryRunSaysHowHangsAreHandled) {
+    auto r = run(job({"--dry-run", "--nproc_per_node=2", "--hang-timeout=60",
+                      "--hang-timeout-first=600", "--max_restarts=2"},
+                     {"exit", "0"}));
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_TRUE(contains(r.out, "silent for 60 s is hung, and so is one that has not written "
+                                "within 600 s of its start"))
+        << r.describe();
+    EXPECT_TRUE(contains(r.out, "exit code 124 after 2 restart(s)")) << r.describe();
+    EXPECT_TRUE(recorded_pids().empty());
+}
+
 // --- two agents ------------------------------------------------------------------
 
 class HangTwoNodes : public MultiNodeBackendTest {};

@@ -654,7 +654,28 @@ TEST(CliRejects, Supervision) {
          {"--signals_to_handle=SIGKILL", "cannot be handled"}},
         {{"--signals_to_handle=", "./t"}, {}, {"--signals_to_handle", "no signals"}},
         {{"--start_method=thread", "./t"}, {}, {"--start_method=thread", "spawn"}},
+        {{"--hang-timeout=-1", "./t"}, {}, {"--hang-timeout=-1", "negative"}},
+        {{"--hang-timeout=soon", "./t"}, {}, {"--hang-timeout=soon", "not a number"}},
+        {{"--hang-timeout-first=0", "--hang-timeout=5", "./t"},
+         {},
+         {"--hang-timeout-first=0", "more than 0"}},
+        {{"--hang-timeout-first=60", "./t"},
+         {},
+         {"--hang-timeout-first=60", "needs --hang-timeout", "add --hang-timeout=SECS"}},
+        {{"./t"}, {{"DDPRUN_HANG_TIMEOUT", "x"}}, {"DDPRUN_HANG_TIMEOUT=x", "not a number"}},
     });
+}
+
+// --hang-timeout (flag or DDPRUN_HANG_TIMEOUT) and --hang-timeout-first, in seconds;
+// 0 or absent: off.
+TEST(CliParses, HangTimeouts) {
+    EXPECT_EQ(parse_ok({"./t"}).hang_timeout.count(), 0);
+    EXPECT_EQ(parse_ok({"--hang-timeout=0", "./t"}).hang_timeout.count(), 0);
+    auto c = parse_ok({"--hang-timeout=2.5", "--hang_timeout_first=600", "./t"});
+    EXPECT_EQ(c.hang_timeout.count(), 2500);
+    EXPECT_EQ(c.hang_timeout_first, std::chrono::milliseconds(600000));
+    Environment env{{"DDPRUN_HANG_TIMEOUT", "30"}};
+    EXPECT_EQ(parse_ok({"./t"}, env).hang_timeout.count(), 30000);
 }
 
 TEST(CliRejects, ProgramAndWorkers) {
