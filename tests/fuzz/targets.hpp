@@ -28,6 +28,7 @@
 #include "ddprun/rendezvous.hpp"
 // The elastic protocol's own records (the event queue, the answers) are not
 // public: the fuzz targets see src/ for them.
+#include "ddprun/hang_monitor.hpp"
 #include "records_internal.hpp"
 
 namespace ddprun_fuzz {
@@ -230,6 +231,34 @@ inline std::string check_file_timer(std::string_view data) {
     return {};
 }
 
+// A node's ranks' progress at a hang, as another node reads it from the store: an
+// error is one line; what parses is within its bounds, and describing it (the
+// hang line every node prints) is one line too.
+inline std::string check_progress(std::string_view data) {
+    try {
+        auto ranks = ddprun::detail::parse_progress(data, "ddprun/job/r0/progress/1", "job");
+        if (!ranks) return check_one_line("parse_progress", ranks.error());
+        if (ranks->size() > ddprun::detail::k_max_node_outcomes)
+            return "parse_progress accepted more ranks than its bound";
+        for (const auto& r : *ranks) {
+            if (r.rank < 0 || r.node_rank < 0 || r.silent_ms < -1 || r.running_ms < 0)
+                return "parse_progress accepted a value out of range";
+            if (r.label.find('\n') != std::string::npos)
+                return "parse_progress kept a newline in a label";
+        }
+        const std::string line = ddprun::describe_progress(*ranks);
+        if (auto broken = check_one_line("describe_progress", line); !broken.empty()) return broken;
+        if (auto first = ddprun::first_to_stop(*ranks))
+            if (auto broken =
+                    check_one_line("describe_first_stop", ddprun::describe_first_stop(*first, {}));
+                !broken.empty())
+                return broken;
+    } catch (const std::exception& error) {
+        return std::string("parse_progress threw: ") + error.what();
+    }
+    return {};
+}
+
 struct Target {
     std::string_view name;  // also the directory of its corpus and regressions
     std::string (*check)(std::string_view);
@@ -240,6 +269,7 @@ inline constexpr Target k_targets[] = {
     {"node_info", check_node_info}, {"failure_record", check_failure_record},
     {"hostlist", check_hostlist},   {"round_result", check_round_result},
     {"elastic", check_elastic},     {"file_timer", check_file_timer},
+    {"progress", check_progress},
 };
 
 }  // namespace ddprun_fuzz

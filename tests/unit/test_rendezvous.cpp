@@ -580,6 +580,39 @@ TEST(RendezvousJoin, ARoundThatAlreadyEndedIsNotJoined) {
 }
 
 // ---------------------------------------------------------------------------
+// Progress at a hang: every node's ranks, shared through the store
+
+TEST(RendezvousProgress, EveryNodeReadsTheOthersRanks) {
+    auto store = make_memory_store(5s);
+    Rendezvous node0(*store, "job"), node1(*store, "job");
+    node0.publish_progress(0, 0, {{0, 0, 100, 9000, "step 5", false}});
+    node1.publish_progress(0, 1, {{2, 1, 3100, 9000, "step 4", true}, {3, 1, 90, 9000, "", false}});
+    auto seen = node0.read_progress(0, 2, 0, 1s);
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[0], (RankProgress{2, 1, 3100, 9000, "step 4", true}));
+    EXPECT_EQ(seen[1], (RankProgress{3, 1, 90, 9000, "", false}));
+    EXPECT_EQ(node1.read_progress(0, 2, 1, 1s).size(), 1u);
+}
+
+// A node that never shares (dead, or slower than the bound) is left out; so is a
+// record another program wrote, with one warning: never an exception.
+TEST(RendezvousProgress, MissingOrMalformedRecordsAreLeftOut) {
+    auto store = make_memory_store(5s);
+    Rendezvous node0(*store, "job");
+    store->set("ddprun/job/r0/progress/1", "{not json");
+    store->set("ddprun/job/r0/progress/2", R"({"run_id":"other","ranks":[]})");
+    store->set("ddprun/job/r0/progress/3",
+               R"({"run_id":"job","ranks":[{"rank":-4,"node_rank":3,"silent_ms":1,)"
+               R"("running_ms":1,"label":"x","hung":false}]})");
+    Rendezvous(*store, "job").publish_progress(0, 4, {{9, 4, 1, 1, "ok", false}});
+    const auto start = std::chrono::steady_clock::now();
+    auto seen = node0.read_progress(0, 6, 0, 200ms);  // node 5 never shares
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].rank, 9);
+}
+
+// ---------------------------------------------------------------------------
 // Records
 
 TEST(RendezvousRecords, NodeInfoRoundTrips) {
