@@ -326,10 +326,10 @@ int Agent::Impl::run_rounds() {
                     continue;
                 }
                 if (stop_event && stop_event->failure.kind == FailureKind::Hang)
-                    return report_failure(max_restarts > 0
-                                              ? fmt::format("ddprun: job hung after {} restart(s)",
-                                                            max_restarts)
-                                              : std::string("ddprun: job hung"));
+                    return report_failure(
+                        max_restarts > 0
+                            ? fmt::format("ddprun: job hung after {} restart(s)", max_restarts)
+                            : std::string("ddprun: job hung"));
                 return report_failure(
                     max_restarts > 0
                         ? fmt::format("ddprun: job failed after {} restart(s)", max_restarts)

@@ -44,7 +44,6 @@ std::string fs_parent(const std::string& path) {
     return slash == std::string::npos ? path : path.substr(0, slash);
 }
 
-
 }  // namespace
 
 HangLimits Agent::Impl::limits() const {
@@ -110,8 +109,9 @@ void Agent::Impl::begin_hang_stop() {
     hang_stop->share_bound->async_wait([this](boost::system::error_code ec) {
         if (!ec) progress_shared({});  // a store that does not answer: the picture is this node's
     });
-    cluster->share_progress(hang_monitor.progress(HangMonitor::Clock::now()), k_share_bound,
-                            [this](std::vector<RankProgress> all) { progress_shared(std::move(all)); });
+    cluster->share_progress(
+        hang_monitor.progress(HangMonitor::Clock::now()), k_share_bound,
+        [this](std::vector<RankProgress> all) { progress_shared(std::move(all)); });
     std::vector<pid_t> pids;
     for (const auto& w : hang_stop->workers) pids.push_back(w.pid);
     // Blocking (a tool per worker, bounded): off the loop, which keeps serving signals.
@@ -150,7 +150,7 @@ void Agent::Impl::dump_tracebacks() {
     if (phase != Phase::Stopping) return;  // killed meanwhile: nothing left to ask
     for (const auto& w : hang_stop->workers) {
         if (!is_python(w.pid)) continue;
-        (void)disable_core_dumps(w.pid);  // the dump is the point, not a core file
+        (void)disable_core_dumps(w.pid);        // the dump is the point, not a core file
         workers.signal_worker(w.pid, SIGABRT);  // pending until the SIGCONT below
         hang_stop->dumping.push_back(w.pid);
     }
@@ -199,7 +199,8 @@ void Agent::Impl::keep_hang_stacks() {
             if (stack.pid == w.pid) native = &stack;
         const auto threads = parse_faulthandler(dump);
         std::string top = python_top_frames(threads);
-        if (top.empty() && native && native->error.empty()) top = native_top_frames(native->text, w.pid);
+        if (top.empty() && native && native->error.empty())
+            top = native_top_frames(native->text, w.pid);
         if (top.empty())
             top = native && !native->error.empty() ? "no stack: " + native->error : "no stack";
         hang_stop->rank_lines.push_back(fmt::format("rank {} (pid {}): {}", w.rank, w.pid, top));
@@ -212,8 +213,8 @@ void Agent::Impl::keep_hang_stacks() {
                             w.local_rank, w.pid, node_rank, ctx.host, round);
         if (!dump.empty()) file << "\n== Python threads (faulthandler) ==\n" << dump;
         file << fmt::format("\n== native threads ({}) ==\n", native_stack_tool().empty()
-                                                                  ? std::string("no tool")
-                                                                  : native_stack_tool());
+                                                                 ? std::string("no tool")
+                                                                 : native_stack_tool());
         file << (native ? (native->error.empty() ? native->text : native->error + "\n")
                         : std::string("not captured\n"));
         if (!file) {
@@ -223,9 +224,9 @@ void Agent::Impl::keep_hang_stacks() {
         kept = true;
     }
     if (kept)
-        hang_stop->rank_lines.push_back(fmt::format(
-            "every thread's stacks: {}/<local rank>/stacks.txt",
-            fs_parent(*workers.log_dir_of(hang_stop->workers.front().local_rank))));
+        hang_stop->rank_lines.push_back(
+            fmt::format("every thread's stacks: {}/<local rank>/stacks.txt",
+                        fs_parent(*workers.log_dir_of(hang_stop->workers.front().local_rank))));
     else if (ctx.log_dir.empty())
         hang_stop->rank_lines.push_back("--log_dir DIR keeps every thread's stacks of every rank");
 }

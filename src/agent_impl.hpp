@@ -16,10 +16,10 @@
 
 #include "ddprun/agent.hpp"
 #include "ddprun/hang_monitor.hpp"
-#include "ddprun/stacks.hpp"
 #include "ddprun/ports.hpp"
 #include "ddprun/signal_reader.hpp"
 #include "ddprun/signals.hpp"
+#include "ddprun/stacks.hpp"
 
 namespace ddprun {
 

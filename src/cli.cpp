@@ -200,7 +200,8 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
         return std::chrono::milliseconds(std::max<long long>(1, std::llround(secs * 1000)));
     };
     double hang_seconds = 0;
-    b.set("hang-timeout", hang_seconds, [](const Setting& s) { return parse_seconds(s, true, "600"); });
+    b.set("hang-timeout", hang_seconds,
+          [](const Setting& s) { return parse_seconds(s, true, "600"); });
     if (hang_seconds > 0) config.hang_timeout = to_ms(hang_seconds);
     double first_seconds = 0;
     b.set("hang-timeout-first", first_seconds,

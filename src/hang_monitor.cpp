@@ -74,7 +74,9 @@ std::vector<RankProgress> HangMonitor::progress(Clock::time_point now) const {
 }
 
 std::optional<RankProgress> first_to_stop(const std::vector<RankProgress>& ranks) {
-    auto silence = [](const RankProgress& r) { return r.silent_ms < 0 ? r.running_ms : r.silent_ms; };
+    auto silence = [](const RankProgress& r) {
+        return r.silent_ms < 0 ? r.running_ms : r.silent_ms;
+    };
     std::optional<RankProgress> first;
     for (const RankProgress& r : ranks)
         if (r.hung && (!first || silence(r) > silence(*first) ||
@@ -94,10 +96,10 @@ std::string describe_first_stop(const RankProgress& rank, const HangLimits& limi
         return fmt::format("{} never beat within --hang-timeout-first={} (running {})", who,
                            limits.first ? bound(*limits.first) : std::string("?"),
                            seconds(rank.running_ms));
-    return fmt::format("{} stopped making progress first: no beat for {} (--hang-timeout={}), "
-                       "last beat {}",
-                       who, seconds(rank.silent_ms), bound(limits.timeout),
-                       quoted_label(rank.label));
+    return fmt::format(
+        "{} stopped making progress first: no beat for {} (--hang-timeout={}), "
+        "last beat {}",
+        who, seconds(rank.silent_ms), bound(limits.timeout), quoted_label(rank.label));
 }
 
 std::string describe_progress(std::vector<RankProgress> ranks) {
@@ -116,7 +118,8 @@ std::string describe_progress(std::vector<RankProgress> ranks) {
     std::vector<Group> groups;
     for (const RankProgress& r : ranks) {
         auto same = std::find_if(groups.begin(), groups.end(), [&r](const Group& g) {
-            return g.hung == r.hung && g.label == r.label && (g.silent_ms < 0) == (r.silent_ms < 0) &&
+            return g.hung == r.hung && g.label == r.label &&
+                   (g.silent_ms < 0) == (r.silent_ms < 0) &&
                    std::abs(g.silent_ms - r.silent_ms) <= 500;
         });
         if (same == groups.end())

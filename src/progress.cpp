@@ -58,15 +58,16 @@ ProgressChannel::Seen ProgressChannel::look() {
     seen.bytes = size - m_seen;
     const std::uint64_t from = std::max(m_seen, size - std::min<std::uint64_t>(size, k_tail_bytes));
     std::array<char, k_tail_bytes> buffer{};
-    const ssize_t got = ::pread(m_reader.get(), buffer.data(), static_cast<std::size_t>(size - from),
-                                static_cast<off_t>(from));
-    if (got > 0) seen.label = last_line(std::string_view(buffer.data(), static_cast<std::size_t>(got)));
+    const ssize_t got = ::pread(m_reader.get(), buffer.data(),
+                                static_cast<std::size_t>(size - from), static_cast<off_t>(from));
+    if (got > 0)
+        seen.label = last_line(std::string_view(buffer.data(), static_cast<std::size_t>(got)));
     m_seen = size;
     const std::uint64_t page_aligned = m_seen / 4096 * 4096;
     if (page_aligned - m_punched >= k_punch_every &&
         ::fallocate(m_reader.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                    static_cast<off_t>(m_punched), static_cast<off_t>(page_aligned - m_punched)) ==
-            0)
+                    static_cast<off_t>(m_punched),
+                    static_cast<off_t>(page_aligned - m_punched)) == 0)
         m_punched = page_aligned;
     return seen;
 }

@@ -317,8 +317,8 @@ std::string progress_json(const std::vector<RankProgress>& ranks, const std::str
 }
 
 std::expected<std::vector<RankProgress>, std::string> parse_progress(std::string_view text,
-                                                                    const std::string& key,
-                                                                    const std::string& run_id) {
+                                                                     const std::string& key,
+                                                                     const std::string& run_id) {
     auto object = parse_object(text);
     if (!object) return std::unexpected(malformed(key, object.error()));
     if (auto foreign = other_run(*object, key, run_id)) return std::unexpected(*foreign);

@@ -80,8 +80,8 @@ std::expected<std::vector<FailureRecord>, std::string> parse_outcomes(std::strin
 // node prints the job-wide picture: at most k_max_node_outcomes ranks.
 std::string progress_json(const std::vector<RankProgress>& ranks, const std::string& run_id);
 std::expected<std::vector<RankProgress>, std::string> parse_progress(std::string_view text,
-                                                                    const std::string& key,
-                                                                    const std::string& run_id);
+                                                                     const std::string& key,
+                                                                     const std::string& run_id);
 
 // An elastic job's queue of events for its leader (elastic.hpp): an agent asks
 // to join (and waits for answer number `answer`), or leaves; the leader's own

@@ -387,7 +387,8 @@ std::vector<FailureRecord> Rendezvous::read_outcomes(int round, int nnodes, int 
     return all;
 }
 
-void Rendezvous::publish_progress(int round, int node_rank, const std::vector<RankProgress>& ranks) {
+void Rendezvous::publish_progress(int round, int node_rank,
+                                  const std::vector<RankProgress>& ranks) {
     m_store.set(key(round, fmt::format("progress/{}", node_rank)),
                 detail::progress_json(ranks, m_run_id));
 }

@@ -31,8 +31,8 @@ struct Worker {
     pid_t pid = -1;
     bool running = false;
     WorkerOutcome outcome;
-    std::string dir;         // its error file, and its logs under --log_dir
-    std::string error_file;  // TORCHELASTIC_ERROR_FILE
+    std::string dir;                          // its error file, and its logs under --log_dir
+    std::string error_file;                   // TORCHELASTIC_ERROR_FILE
     std::optional<ProgressChannel> progress;  // with --hang-timeout
 };
 

@@ -530,10 +530,16 @@ class Interpreter {
             return at + 1;
         }
         static constexpr std::string_view k_with_value[] = {
-            "print",        "stderr",      "partial", "partial-stderr",   "flood",
-            "exit",         "raise",       "sleep",   "ignore",           "trap",
-            "trap-exit",    "wait-file",   "ready",   "write-error-file", "huge-line",
-            "save-on-term", "save-marker", "getenv",  "beat",    "beat-storm",
+            "print",       "stderr",
+            "partial",     "partial-stderr",
+            "flood",       "exit",
+            "raise",       "sleep",
+            "ignore",      "trap",
+            "trap-exit",   "wait-file",
+            "ready",       "write-error-file",
+            "huge-line",   "save-on-term",
+            "save-marker", "getenv",
+            "beat",        "beat-storm",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {

@@ -89,8 +89,8 @@ class Cluster {
     // arrived within `bound`, this node's included. A single node has only its own
     // (and calls `done` at once).
     using Progressed = std::function<void(std::vector<RankProgress>)>;
-    virtual void share_progress(std::vector<RankProgress> mine,
-                                std::chrono::milliseconds /*bound*/, Progressed done);
+    virtual void share_progress(std::vector<RankProgress> mine, std::chrono::milliseconds /*bound*/,
+                                Progressed done);
     virtual std::vector<FailureRecord> others_outcomes() const { return {}; }
 };
 

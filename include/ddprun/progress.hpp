@@ -54,8 +54,8 @@ class ProgressChannel {
 
     UniqueFd m_reader;  // read-write: read the tail, punch what was read
     UniqueFd m_worker;
-    std::uint64_t m_seen = 0;      // bytes looked at so far (the file's size then)
-    std::uint64_t m_punched = 0;   // bytes given back so far
+    std::uint64_t m_seen = 0;     // bytes looked at so far (the file's size then)
+    std::uint64_t m_punched = 0;  // bytes given back so far
 };
 
 }  // namespace ddprun

@@ -85,10 +85,10 @@ TEST_F(Hang, TheFirstBeatTimeoutCatchesAWorkerThatNeverBeats) {
     auto r = run(job({"--nproc_per_node=2", "--hang-timeout=5", "--hang-timeout-first=1"},
                      {"if-rank", "0", "beat", "40:100", "sleep", "60"}));
     EXPECT_EQ(r.exit_code, 124) << r.describe();
-    EXPECT_EQ(own_lines_with(r.err,
-                             {"hang: rank 1 (node 0) never beat within --hang-timeout-first=1 s"})
-                  .size(),
-              1u)
+    EXPECT_EQ(
+        own_lines_with(r.err, {"hang: rank 1 (node 0) never beat within --hang-timeout-first=1 s"})
+            .size(),
+        1u)
         << r.describe();
 }
 
@@ -148,8 +148,9 @@ TEST_F(Hang, DryRunSaysHowHangsAreHandled) {
                       "--hang-timeout-first=600", "--max_restarts=2"},
                      {"exit", "0"}));
     ASSERT_EQ(r.exit_code, 0) << r.describe();
-    EXPECT_TRUE(contains(r.out, "silent for 60 s is hung, and so is one that has not written "
-                                "within 600 s of its start"))
+    EXPECT_TRUE(contains(r.out,
+                         "silent for 60 s is hung, and so is one that has not written "
+                         "within 600 s of its start"))
         << r.describe();
     EXPECT_TRUE(contains(r.out, "exit code 124 after 2 restart(s)")) << r.describe();
     EXPECT_TRUE(recorded_pids().empty());
