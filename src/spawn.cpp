@@ -62,6 +62,10 @@ struct ChildSetup {
         // environment names.
         if (stdio.progress >= 0 && ::fcntl(stdio.progress, F_SETFD, 0) != 0)
             child_failed("ddprun: cannot start a worker: fcntl of its progress fd failed\n");
+        // With hang detection on, the agent's stack tool (eu-stack, gdb: a child of the
+        // agent, not an ancestor of the worker) must be let attach where Yama's
+        // ptrace_scope is 1. Without Yama the call fails (EINVAL) and nothing is needed.
+        if (stdio.progress >= 0) (void)::prctl(PR_SET_PTRACER, agent, 0, 0, 0);
         // The agent blocks signals (it reads them from a signalfd) and ignores SIGPIPE; both
         // survive exec, so restore the defaults a program expects.
         sigset_t none;
