@@ -5,8 +5,10 @@ nodes (agents on loopback), failure propagation, a real training job and the
 memory of a multi-node agent; then restart latency next to starting the same
 workers by hand, and the rendezvous at scale: N real agents on this machine,
 and N simulated agents (threads) over a real TCPStore (bench/rendezvous_scale);
-last, elastic membership: how fast a --nnodes=MIN:MAX job runs again after a
-node joins, dies, hangs or leaves on SIGTERM.
+then elastic membership: how fast a --nnodes=MIN:MAX job runs again after a
+node joins, dies, hangs or leaves on SIGTERM; last, hangs: how fast
+--hang-timeout stops a job whose rank went silent, what a progress beat costs
+the worker, and whether beats slow ddprun's output path.
 
 Why it exists: ddprun's claims ("instant", "carries logs at pipe speed",
 "tiny") are only meaningful against a baseline on the same machine at the same
@@ -28,7 +30,9 @@ import json
 import math
 import os
 import platform
+import re
 import selectors
+import shlex
 import shutil
 import signal
 import socket
@@ -59,6 +63,7 @@ SECTIONS = [
     ("h", "rdzv-agents"),
     ("i", "rdzv-sim"),
     ("j", "elastic"),
+    ("k", "hangs"),
 ]
 
 
@@ -134,6 +139,8 @@ def parse_args():
     )
     parser.add_argument("--scale-reps", type=int, default=3, help="runs per row of (h) and (i) (default 3)")
     parser.add_argument("--elastic-reps", type=int, default=3, help="runs per row of (j) (default 3)")
+    parser.add_argument("--hang-reps", type=int, default=5, help="runs per timeout of (k) (default 5)")
+    parser.add_argument("--fake-worker", help="the worker of (k) (default: tests/fake_worker beside ddprun)")
     parser.add_argument(
         "--rendezvous-scale", help="the program of (i) (default: bench/rendezvous_scale beside ddprun)"
     )
@@ -2146,6 +2153,257 @@ def bench_multinode(args, use_torchrun, scratch):
             etcd.stop()
 
 
+HANG_TIMEOUTS_S = (1, 5)  # (k)'s --hang-timeout values
+HANG_GOAL_S = 1.0  # (k): the job stopped within the timeout plus this of the last beat
+HANG_STORM_BEATS = 1_000_000  # (k)'s beats per storm
+HANG_FLOOD_LINES = 200_000  # (k): 100-byte lines per worker (20 MB)
+HANG_FLOOD_WORKERS = 8
+HANG_BACKGROUND_RATE = 10_000  # (k): beats a second per worker while it floods
+HANG_OUTPUT_GOAL = 0.95  # (k): output with beats at least this fraction of without
+
+# (k)'s hung job: rank 0 beats every 100 ms for ever, rank 1 beats 5 times,
+# stamps the wall-clock time of its last beat (CLOCK_REALTIME, as the harness
+# reads it), then sleeps: the first and only rank to go silent.
+HANG_WORKER_SOURCE = r"""
+import os, sys, time
+fd = int(os.environ["DDPRUN_PROGRESS_FD"])
+if os.environ["RANK"] == "1":
+    for step in range(1, 6):
+        if step > 1:
+            time.sleep(0.1)
+        os.write(fd, b"step %d\n" % step)
+        last = time.time()
+    with open(sys.argv[1] + ".tmp", "w") as out:
+        out.write(repr(last))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(3600)
+while True:
+    os.write(fd, b"alive\n")
+    time.sleep(0.1)
+"""
+
+# (k)'s Python storm: the cost of os.write(fd, b"step 1\n"), the beat of
+# examples/ddprun_progress.py without its formatting.
+HANG_STORM_SOURCE = r"""
+import os, sys, time
+fd = int(os.environ["DDPRUN_PROGRESS_FD"])
+count = int(sys.argv[1])
+beat = b"step 1\n"
+write = os.write
+start = time.perf_counter()
+for _ in range(count):
+    write(fd, beat)
+print(f"storm {count} beats in {int((time.perf_counter() - start) * 1e6)} us", flush=True)
+"""
+
+HANG_LINE = b"ddprun: error: hang:"
+
+
+def hang_run(argv, stamp, limit_s=COMMAND_TIMEOUT_S):
+    """Runs one hung job. Returns (last beat, hang line seen, exit, exit code,
+    stderr), the times in time.time() seconds: the last beat as the worker
+    stamped it, the others taken by the harness the moment the line arrived on
+    ddprun's stderr (None if it never did) and a pidfd said ddprun exited."""
+    if os.path.exists(stamp):
+        os.remove(stamp)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    pidfd = os.pidfd_open(proc.pid)
+    selector = selectors.DefaultSelector()
+    selector.register(pidfd, selectors.EVENT_READ)
+    selector.register(proc.stderr, selectors.EVENT_READ)
+    stderr = b""
+    reported = exited = None
+    try:
+        deadline = time.monotonic() + limit_s
+        while exited is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchError(f"`{' '.join(argv)}` still running after {limit_s} s")
+            for key, _ in selector.select(remaining):
+                now = time.time()
+                if key.fileobj == pidfd:
+                    exited = now
+                    continue
+                block = os.read(proc.stderr.fileno(), 1 << 16)
+                if not block:
+                    selector.unregister(proc.stderr)
+                stderr += block
+                if reported is None and HANG_LINE in stderr:
+                    reported = now
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # and whatever the job left behind
+        except ProcessLookupError:
+            pass
+        stderr += proc.stderr.read()
+        proc.stderr.close()
+        code = proc.wait()
+        selector.close()
+        os.close(pidfd)
+    try:
+        with open(stamp) as text:
+            last_beat = float(text.read())
+    except (OSError, ValueError):
+        raise BenchError(f"rank 1 never stamped its last beat: {stderr.decode(errors='replace')[-300:]}")
+    return last_beat, reported, exited, code, stderr.decode(errors="replace")
+
+
+def storm_us_per_beat(output):
+    """µs per beat from fake_worker's or the Python storm's 'storm <n> beats in <us> us'."""
+    found = re.search(rb"storm (\d+) beats in (\d+) us", output)
+    if found is None:
+        raise BenchError(f"no 'storm' line in: {output[-200:]!r}")
+    return int(found.group(2)) / int(found.group(1))
+
+
+def bench_hangs(args, scratch):
+    """(k): --hang-timeout: how fast a hang stops the job, what a beat costs
+    the worker, and whether beating slows ddprun's output path."""
+    fake_worker = args.fake_worker or os.path.join(os.path.dirname(args.ddprun), "tests", "fake_worker")
+    if not os.access(fake_worker, os.X_OK):
+        print(f"\n(k) hangs: skipped: no {fake_worker} (build the fake_worker target, or pass --fake-worker)")
+        return
+    python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+    worker = os.path.join(scratch, "hang_worker.py")
+    storm = os.path.join(scratch, "hang_storm.py")
+    for path, source in ((worker, HANG_WORKER_SOURCE), (storm, HANG_STORM_SOURCE)):
+        with open(path, "w") as out:
+            out.write(source)
+
+    # Detection latency.
+    stamp = os.path.join(scratch, "last-beat")
+    samples = {timeout: ([], []) for timeout in HANG_TIMEOUTS_S}  # (to the report, to the exit)
+    for _ in range(args.hang_reps):  # interleaved, so drift hits every timeout alike
+        for timeout in HANG_TIMEOUTS_S:
+            argv = [args.ddprun, "--nproc_per_node=2", f"--hang-timeout={timeout}", python, worker, stamp]
+            last_beat, reported, exited, code, stderr = hang_run(argv, stamp)
+            hang_lines = [line for line in stderr.splitlines() if HANG_LINE.decode() in line]
+            if code != 124 or reported is None or "rank 1 " not in hang_lines[0]:
+                raise BenchError(
+                    f"`{' '.join(argv)}` exited {code}, expected 124 and a hang line naming rank 1: "
+                    + " | ".join(stderr.strip().splitlines()[-5:])
+                )
+            samples[timeout][0].append(reported - last_beat)
+            samples[timeout][1].append(exited - last_beat)
+    rows = []
+    goals = []
+    for timeout in HANG_TIMEOUTS_S:
+        to_report, to_exit = samples[timeout]
+        median_report, lo_report, hi_report = median_cells(to_report, scale=1, digits=3)
+        median_exit, lo_exit, hi_exit = median_cells(to_exit, scale=1, digits=3)
+        goal = timeout + HANG_GOAL_S
+        verdict = goal_verdict(statistics.median(to_exit), goal)
+        rows.append(
+            [
+                f"--hang-timeout={timeout}",
+                str(len(to_exit)),
+                f"{median_report} ({lo_report}-{hi_report})",
+                f"{median_exit} ({lo_exit}-{hi_exit})",
+                f"< {goal:.1f}: {verdict}",
+                "never",
+            ]
+        )
+        goals.append(verdict)
+    print_table(
+        "(k) hang detection: 2 workers (Python); rank 1 beats 5 times 100 ms apart, then sleeps, rank 0 "
+        "beats every 100 ms. s from rank 1's last beat (its time.time()) to ddprun's `hang:` line on "
+        "stderr and to its exit (124), median (min-max)",
+        ["ddprun", "runs", "to the report s", "to the stop s", "goal (timeout + 1 s)", "torchrun"],
+        rows,
+    )
+    print(
+        "    torchrun: never; it has no hang detection, the job waits for the collective's own timeout "
+        "(30 min by default; not run)"
+    )
+
+    # Cost of a beat to the worker: the same storm into ddprun's progress fd, /dev/null and a pipe.
+    def storm_under_ddprun(program):
+        argv = [args.ddprun, "--nproc_per_node=1", "--hang-timeout=600"] + program
+        return storm_us_per_beat(run(argv, stdout=subprocess.PIPE, consume=lambda out: out.read())[1])
+
+    def storm_on_fd3(program, redirect):
+        command = f"DDPRUN_PROGRESS_FD=3 exec {' '.join(map(shlex.quote, program))} {redirect}"
+        return storm_us_per_beat(
+            run(["bash", "-c", command], stdout=subprocess.PIPE, consume=lambda out: out.read())[1]
+        )
+
+    # bash's process substitution: fd 3 is a pipe that a `cat` of its own drains.
+    drained_pipe = "3> >(exec cat >/dev/null)"
+    native = [fake_worker, "beat-storm", str(HANG_STORM_BEATS)]
+    interpreted = [python, storm, str(HANG_STORM_BEATS)]
+    spec = [
+        ("fake_worker (C++): /dev/null", lambda: storm_on_fd3(native, "3>/dev/null")),
+        ("fake_worker (C++): a pipe drained by cat", lambda: storm_on_fd3(native, drained_pipe)),
+        ("fake_worker (C++): ddprun --hang-timeout=600", lambda: storm_under_ddprun(native)),
+        ("Python os.write: /dev/null", lambda: storm_on_fd3(interpreted, "3>/dev/null")),
+        ("Python os.write: ddprun --hang-timeout=600", lambda: storm_under_ddprun(interpreted)),
+    ]
+    costs = {label: [] for label, _ in spec}
+    for _ in range(args.log_reps):  # interleaved, so drift hits every row alike
+        for label, measure in spec:
+            costs[label].append(measure())
+    rows = []
+    for label, _ in spec:
+        baseline = statistics.median(costs[label.split(":")[0] + ": /dev/null"])
+        median, lo, hi = median_cells(costs[label])
+        rows.append([label, median, f"{lo}-{hi}", f"{statistics.median(costs[label]) / baseline:.2f}x"])
+    print_table(
+        f"(k) cost of a beat to the worker: {HANG_STORM_BEATS:,} one-write beats in a row; ns per beat, "
+        f"median of {args.log_reps}",
+        ["the progress fd", "ns per beat", "min-max", "vs /dev/null"],
+        rows,
+    )
+
+    # ddprun's output path while every worker beats in the background.
+    flood = ["flood", str(HANG_FLOOD_LINES)]
+    background = ["beat-background", str(HANG_BACKGROUND_RATE)]
+    nproc = f"--nproc_per_node={HANG_FLOOD_WORKERS}"
+    # The workers' own cost of beating, without ddprun watching: each worker's fd 3 is /dev/null.
+    to_null = "exec 3>/dev/null; DDPRUN_PROGRESS_FD=3 exec " + " ".join(
+        map(shlex.quote, [fake_worker] + background + flood)
+    )
+    spec = [
+        ("no --hang-timeout", [args.ddprun, nproc, fake_worker] + flood),
+        (
+            f"no --hang-timeout, workers beat {HANG_BACKGROUND_RATE}/s to /dev/null",
+            [args.ddprun, nproc, "bash", "-c", to_null],
+        ),
+        ("--hang-timeout=600, no beats", [args.ddprun, nproc, "--hang-timeout=600", fake_worker] + flood),
+        (
+            f"--hang-timeout=600, workers beat {HANG_BACKGROUND_RATE}/s",
+            [args.ddprun, nproc, "--hang-timeout=600", fake_worker] + background + flood,
+        ),
+    ]
+    seconds = {label: [] for label, _ in spec}
+    for _ in range(args.log_reps):  # interleaved, so drift hits every row alike
+        for label, argv in spec:
+            seconds[label].append(run_timed(argv))
+    megabytes = HANG_FLOOD_WORKERS * HANG_FLOOD_LINES * LINE_BYTES / 1e6
+    baseline = statistics.median(seconds[spec[0][0]])
+    rows = []
+    for label, _ in spec:
+        median = statistics.median(seconds[label])
+        rows.append([label, f"{median:.3f}", f"{megabytes / median:.0f}", f"{baseline / median:.2f}"])
+    beating = statistics.median(seconds[spec[-1][0]])
+    ratio = baseline / beating
+    # The same beats to /dev/null: what is left is ddprun's own share of the slowdown.
+    ddprun_share = statistics.median(seconds[spec[1][0]]) / beating
+    print_table(
+        f"(k) output path under beats: {HANG_FLOOD_WORKERS} workers x `flood {HANG_FLOOD_LINES}` "
+        f"({megabytes:.0f} MB of {LINE_BYTES}-byte lines), ddprun's stdout to /dev/null, "
+        f"median of {args.log_reps}",
+        ["run", "seconds", "MB/s", "vs no --hang-timeout"],
+        rows,
+    )
+    print(
+        f"    goal: with {HANG_FLOOD_WORKERS * HANG_BACKGROUND_RATE:,} beats/s at least "
+        f"{HANG_OUTPUT_GOAL:.0%} of the MB/s without: {ratio:.2f}, "
+        f"{'met' if ratio >= HANG_OUTPUT_GOAL else 'missed'}; next to the same beats to /dev/null "
+        f"(the workers' own cost of beating left out): {ddprun_share:.2f}, "
+        f"{'met' if ddprun_share >= HANG_OUTPUT_GOAL else 'missed'}"
+    )
+
+
 def torch_version():
     probe = subprocess.run(
         ["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
@@ -2180,6 +2438,8 @@ def main():
             if "memory" in args.only:
                 bench_memory(args, use_torchrun, log_path, lines)
         bench_multinode(args, use_torchrun, scratch)
+        if "hangs" in args.only:
+            bench_hangs(args, scratch)
     print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
 
 

@@ -8,7 +8,9 @@
 # process that only loads libtorch; how long a restart takes next to starting
 # the same workers by hand, how the rendezvous scales with N real agents
 # and with N simulated ones, and how fast an elastic job (--nnodes=MIN:MAX)
-# runs again after a node joins, dies, hangs or leaves. See bench/README.md for
+# runs again after a node joins, dies, hangs or leaves; last, how fast
+# --hang-timeout stops a hung job, what a progress beat costs a worker and
+# whether beats slow the output path. See bench/README.md for
 # what each row means. Bounded to 15 minutes; about 8-11 on 2 cores.
 #
 #   bash bench/run.sh                      # uses build/, builds what is missing
@@ -17,6 +19,7 @@
 #   bash bench/run.sh --multinode off      # skip what needs the store plugin
 #   bash bench/run.sh --only restart,i     # only these sections (names or letters)
 #   bash bench/run.sh --only elastic       # (j) alone, about 2 minutes
+#   bash bench/run.sh --only hangs         # (k) alone, about a minute
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,6 +29,12 @@ if [[ -z "${DDPRUN:-}" && ! -x "$ddprun" ]]; then
   echo "bench: $ddprun not found; building it" >&2
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build --target ddprun -j"${JOBS:-$(nproc)}" >/dev/null
+fi
+# (k) runs tests/fake_worker beside ddprun.
+if [[ -z "${DDPRUN:-}" && ! -x build/tests/fake_worker ]]; then
+  echo "bench: building tests/fake_worker" >&2
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build --target fake_worker -j"${JOBS:-$(nproc)}" >/dev/null
 fi
 # The multi-node sections need the store plugin beside ddprun, the C++
 # example and bench/rendezvous_scale; they exist only where libtorch is

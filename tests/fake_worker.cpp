@@ -44,6 +44,9 @@
 //                           variable is unset or a write fails
 //   beat-storm <n>          n beats "s <i>" as fast as it can write them, then prints
 //                           "storm <n> beats in <us> us" (the cost of a beat)
+//   beat-background <rate>  from now on a thread beats "bg <i>" <rate> times a second until
+//                           the process exits (load on ddprun's beat watch); exits 95 if
+//                           the variable is unset or a write fails
 //   if-rank <r> <action...>        run the next action only when RANK == r
 //   if-local-rank <r> <action...>  ... only when LOCAL_RANK == r
 //   if-restart <n> <action...>     ... only when TORCHELASTIC_RESTART_COUNT == n
@@ -361,6 +364,26 @@ void beat_storm(int count) {
     write_all(1, "storm " + std::to_string(count) + " beats in " + std::to_string(us) + " us\n");
 }
 
+// A thread that beats `rate` times a second for as long as the process lives.
+// Deadlines are absolute, so the rate holds on average even though a sleep
+// this short overshoots; after a stall (a stopped process) it does not try to
+// catch up more than a second.
+void beat_background(int rate) {
+    if (rate <= 0) usage("beat-background: the rate must be positive");
+    const int fd = progress_fd();
+    std::thread([fd, rate] {
+        const auto period = std::chrono::nanoseconds(1'000'000'000LL / rate);
+        auto deadline = std::chrono::steady_clock::now();
+        for (long long i = 1;; ++i) {
+            beat_once(fd, "bg " + std::to_string(i) + "\n");
+            deadline += period;
+            const auto now = std::chrono::steady_clock::now();
+            if (now - deadline > std::chrono::seconds(1)) deadline = now;
+            std::this_thread::sleep_until(deadline);
+        }
+    }).detach();
+}
+
 void flood(int count) {
     // Writes of whole lines, at most PIPE_BUF bytes each, so each is atomic and
     // the pipe never holds half a line: a worker descheduled in the middle of
@@ -530,16 +553,27 @@ class Interpreter {
             return at + 1;
         }
         static constexpr std::string_view k_with_value[] = {
-            "print",       "stderr",
-            "partial",     "partial-stderr",
-            "flood",       "exit",
-            "raise",       "sleep",
-            "ignore",      "trap",
-            "trap-exit",   "wait-file",
-            "ready",       "write-error-file",
-            "huge-line",   "save-on-term",
-            "save-marker", "getenv",
-            "beat",        "beat-storm",
+            "print",
+            "stderr",
+            "partial",
+            "partial-stderr",
+            "flood",
+            "exit",
+            "raise",
+            "sleep",
+            "ignore",
+            "trap",
+            "trap-exit",
+            "wait-file",
+            "ready",
+            "write-error-file",
+            "huge-line",
+            "save-on-term",
+            "save-marker",
+            "getenv",
+            "beat",
+            "beat-storm",
+            "beat-background",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {
@@ -584,6 +618,8 @@ class Interpreter {
             beat(value);
         } else if (action == "beat-storm") {
             beat_storm(parse_int(value));
+        } else if (action == "beat-background") {
+            beat_background(parse_int(value));
         } else if (action == "huge-line") {
             huge_line(parse_int(value));
         } else if (action == "exit") {
