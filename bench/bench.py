@@ -2156,7 +2156,7 @@ def bench_multinode(args, use_torchrun, scratch):
 HANG_TIMEOUTS_S = (1, 5)  # (k)'s --hang-timeout values
 HANG_GOAL_S = 1.0  # (k): the job stopped within the timeout plus this of the last beat
 HANG_STORM_BEATS = 1_000_000  # (k)'s beats per storm
-HANG_FLOOD_LINES = 200_000  # (k): 100-byte lines per worker (20 MB)
+HANG_FLOOD_LINES = 1_000_000  # (k): 100-byte lines per worker (100 MB; ~1 s a run, not start-up)
 HANG_FLOOD_WORKERS = 8
 HANG_BACKGROUND_RATE = 10_000  # (k): beats a second per worker while it floods
 HANG_OUTPUT_GOAL = 0.95  # (k): output with beats at least this fraction of without

@@ -281,25 +281,36 @@ std::optional<std::string> other_run(const json& object, const std::string& key,
                                             quote_value(written_for), quote_value(run_id)));
 }
 
+// A node's list record, {"run_id": ..., "<field>": [...]} of at most
+// k_max_node_outcomes items, each read by `read_item` (an item or why not).
+template <class T, class ReadItem>
+std::expected<std::vector<T>, std::string> parse_node_list(std::string_view text,
+                                                           const std::string& key,
+                                                           const std::string& run_id,
+                                                           const char* field, ReadItem read_item) {
+    auto object = parse_object(text);
+    if (!object) return std::unexpected(malformed(key, object.error()));
+    if (auto foreign = other_run(*object, key, run_id)) return std::unexpected(*foreign);
+    auto it = object->find(field);
+    if (it == object->end() || !it->is_array() || it->size() > k_max_node_outcomes)
+        return std::unexpected(malformed(key, fmt::format("field '{}' is not a list of at most {}",
+                                                          field, k_max_node_outcomes)));
+    std::vector<T> items;
+    for (const json& item : *it) {
+        std::expected<T, std::string> read = read_item(item);
+        if (!read) return std::unexpected(malformed(key, read.error()));
+        items.push_back(std::move(*read));
+    }
+    return items;
+}
+
 }  // namespace
 
 std::expected<std::vector<FailureRecord>, std::string> parse_outcomes(std::string_view text,
                                                                       const std::string& key,
                                                                       const std::string& run_id) {
-    auto object = parse_object(text);
-    if (!object) return std::unexpected(malformed(key, object.error()));
-    if (auto foreign = other_run(*object, key, run_id)) return std::unexpected(*foreign);
-    auto it = object->find("workers");
-    if (it == object->end() || !it->is_array() || it->size() > k_max_node_outcomes)
-        return std::unexpected(malformed(
-            key, fmt::format("field 'workers' is not a list of at most {}", k_max_node_outcomes)));
-    std::vector<FailureRecord> records;
-    for (const json& item : *it) {
-        auto record = failure_from(item);
-        if (!record) return std::unexpected(malformed(key, record.error()));
-        records.push_back(std::move(*record));
-    }
-    return records;
+    return parse_node_list<FailureRecord>(text, key, run_id, "workers",
+                                          [](const json& item) { return failure_from(item); });
 }
 
 std::string progress_json(const std::vector<RankProgress>& ranks, const std::string& run_id) {
@@ -319,29 +330,22 @@ std::string progress_json(const std::vector<RankProgress>& ranks, const std::str
 std::expected<std::vector<RankProgress>, std::string> parse_progress(std::string_view text,
                                                                      const std::string& key,
                                                                      const std::string& run_id) {
-    auto object = parse_object(text);
-    if (!object) return std::unexpected(malformed(key, object.error()));
-    if (auto foreign = other_run(*object, key, run_id)) return std::unexpected(*foreign);
-    auto it = object->find("ranks");
-    if (it == object->end() || !it->is_array() || it->size() > k_max_node_outcomes)
-        return std::unexpected(malformed(
-            key, fmt::format("field 'ranks' is not a list of at most {}", k_max_node_outcomes)));
-    std::vector<RankProgress> ranks;
-    for (const json& item : *it) {
-        if (!item.is_object()) return std::unexpected(malformed(key, "a rank is not an object"));
-        RankProgress r;
-        FieldReader read(item);
-        read.integer("rank", r.rank, 0, k_max_int);
-        read.integer("node_rank", r.node_rank, 0, k_max_int);
-        read.integer("silent_ms", r.silent_ms, std::int64_t{-1}, std::int64_t{INT64_MAX});
-        read.integer("running_ms", r.running_ms, std::int64_t{0}, std::int64_t{INT64_MAX});
-        read.text("label", r.label, k_max_tail_line_bytes);
-        to_one_line(r.label);
-        read.boolean("hung", r.hung);
-        if (!read.ok()) return std::unexpected(malformed(key, read.error()));
-        ranks.push_back(std::move(r));
-    }
-    return ranks;
+    return parse_node_list<RankProgress>(
+        text, key, run_id, "ranks",
+        [](const json& item) -> std::expected<RankProgress, std::string> {
+            if (!item.is_object()) return std::unexpected("a rank is not an object");
+            RankProgress r;
+            FieldReader read(item);
+            read.integer("rank", r.rank, 0, k_max_int);
+            read.integer("node_rank", r.node_rank, 0, k_max_int);
+            read.integer("silent_ms", r.silent_ms, std::int64_t{-1}, std::int64_t{INT64_MAX});
+            read.integer("running_ms", r.running_ms, std::int64_t{0}, std::int64_t{INT64_MAX});
+            read.text("label", r.label, k_max_tail_line_bytes);
+            to_one_line(r.label);
+            read.boolean("hung", r.hung);
+            if (!read.ok()) return std::unexpected(read.error());
+            return r;
+        });
 }
 
 StopEvent parse_stop(std::string_view text, const std::string& key, const std::string& run_id) {

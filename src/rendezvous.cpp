@@ -42,6 +42,24 @@ std::string make_agent_id() {
     return fmt::format("{}-{:016x}", ::getpid(), random);
 }
 
+// Every node's list record among `keys` that is there (outcomes, progress): one that
+// is missing is left out, one that is malformed too, with a warning.
+template <class T, class Parse>
+std::vector<T> read_node_lists(Store& store, const std::vector<std::string>& keys,
+                               const std::string& run_id, Parse parse) {
+    std::vector<T> all;
+    for (const auto& node_key : keys) {
+        if (!store.check({node_key})) continue;
+        auto items = parse(store.get(node_key), node_key, run_id);
+        if (!items) {
+            spdlog::warn("{}", items.error());
+            continue;
+        }
+        all.insert(all.end(), items->begin(), items->end());
+    }
+    return all;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -373,18 +391,10 @@ void Rendezvous::publish_outcomes(int round, int node_rank,
 }
 
 std::vector<FailureRecord> Rendezvous::read_outcomes(int round, int nnodes, int except) {
-    std::vector<FailureRecord> all;
-    for (int rank = 0; rank < nnodes; ++rank) {
-        const std::string outcomes_key = key(round, fmt::format("outcomes/{}", rank));
-        if (rank == except || !m_store.check({outcomes_key})) continue;
-        auto workers = detail::parse_outcomes(m_store.get(outcomes_key), outcomes_key, m_run_id);
-        if (!workers) {
-            spdlog::warn("{}", workers.error());
-            continue;
-        }
-        all.insert(all.end(), workers->begin(), workers->end());
-    }
-    return all;
+    std::vector<std::string> keys;
+    for (int rank = 0; rank < nnodes; ++rank)
+        if (rank != except) keys.push_back(key(round, fmt::format("outcomes/{}", rank)));
+    return read_node_lists<FailureRecord>(m_store, keys, m_run_id, detail::parse_outcomes);
 }
 
 void Rendezvous::publish_progress(int round, int node_rank,
@@ -403,17 +413,7 @@ std::vector<RankProgress> Rendezvous::read_progress(int round, int nnodes, int e
     } catch (const StoreError& error) {
         if (error.kind() != StoreError::Kind::Timeout) throw;
     }
-    std::vector<RankProgress> all;
-    for (const auto& progress_key : keys) {
-        if (!m_store.check({progress_key})) continue;
-        auto ranks = detail::parse_progress(m_store.get(progress_key), progress_key, m_run_id);
-        if (!ranks) {
-            spdlog::warn("{}", ranks.error());
-            continue;
-        }
-        all.insert(all.end(), ranks->begin(), ranks->end());
-    }
-    return all;
+    return read_node_lists<RankProgress>(m_store, keys, m_run_id, detail::parse_progress);
 }
 
 void Rendezvous::acknowledge(int round, int node_rank, int nnodes) {
