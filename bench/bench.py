@@ -2159,7 +2159,7 @@ HANG_STORM_BEATS = 1_000_000  # (k)'s beats per storm
 HANG_FLOOD_LINES = 1_000_000  # (k): 100-byte lines per worker (100 MB; ~1 s a run, not start-up)
 HANG_FLOOD_WORKERS = 8
 HANG_BACKGROUND_RATE = 10_000  # (k): beats a second per worker while it floods
-HANG_OUTPUT_GOAL = 0.95  # (k): output with beats at least this fraction of without
+HANG_OUTPUT_GOAL = 0.95  # (k): MB/s with beats through ddprun, at least this of the same beats to /dev/null
 
 # (k)'s hung job: rank 0 beats every 100 ms for ever, rank 1 beats 5 times,
 # stamps the wall-clock time of its last beat (CLOCK_REALTIME, as the harness
@@ -2395,12 +2395,13 @@ def bench_hangs(args, scratch):
         ["run", "seconds", "MB/s", "vs no --hang-timeout"],
         rows,
     )
+    # The goal is ddprun's output path: against the same workers beating elsewhere (their own
+    # cost of beating, eight threads waking 10,000 times a second, is not ddprun's).
     print(
-        f"    goal: with {HANG_FLOOD_WORKERS * HANG_BACKGROUND_RATE:,} beats/s at least "
-        f"{HANG_OUTPUT_GOAL:.0%} of the MB/s without: {ratio:.2f}, "
-        f"{'met' if ratio >= HANG_OUTPUT_GOAL else 'missed'}; next to the same beats to /dev/null "
-        f"(the workers' own cost of beating left out): {ddprun_share:.2f}, "
-        f"{'met' if ddprun_share >= HANG_OUTPUT_GOAL else 'missed'}"
+        f"    goal: with {HANG_FLOOD_WORKERS * HANG_BACKGROUND_RATE:,} beats/s through ddprun, at least "
+        f"{HANG_OUTPUT_GOAL:.0%} of the MB/s of the same workers beating to /dev/null: {ddprun_share:.2f}, "
+        f"{'met' if ddprun_share >= HANG_OUTPUT_GOAL else 'missed'} (the whole job against one that does "
+        f"not beat at all: {ratio:.2f})"
     )
 
 

@@ -28,9 +28,9 @@ build_dir=${BUILD_DIR:-build}
 iterations=${ITERATIONS:-50}
 duration=${DURATION:-0}
 # The suites of tests/integration/test_multi_node.cpp, test_elastic.cpp,
-# test_etcd.cpp and test_reliability.cpp, over both rendezvous backends (the
+# test_etcd.cpp, test_hang.cpp and test_reliability.cpp, over both rendezvous backends (the
 # two-agent ones are all under Reliability/).
-default_filter='MultiNode*:*Elastic*:EtcdTest.*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*'
+default_filter='MultiNode*:*Elastic*:EtcdTest.*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*:Hang.*:FileTimer.*'
 default_filter+=':RendezvousFaults.*:*/BadInputs.*:BadLogDir.*'
 tests="$build_dir/tests/ddprun_integration_tests"
 test_args=()
