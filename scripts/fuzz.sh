@@ -20,7 +20,7 @@ build_dir=${BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-$(nproc)}
 seconds=${FUZZ_SECONDS:-20}
 cxx=${FUZZ_CXX:-clang++-14}
-all_targets=(cli error_file node_info failure_record hostlist round_result elastic file_timer progress)
+all_targets=(cli error_file node_info failure_record hostlist round_result elastic file_timer progress hosts)
 targets=("$@")
 ((${#targets[@]} > 0)) || targets=("${all_targets[@]}")
 
@@ -41,7 +41,7 @@ cmake --build "$build_dir" -j"$jobs" --target "${targets[@]/#/fuzz_}"
 # requests come in a stream of lines: longer inputs reach the overlong-line path.
 max_len_of() {
   case $1 in
-    hostlist) echo 256 ;;
+    hostlist | hosts) echo 256 ;;
     file_timer) echo 16384 ;;
     *) echo 4096 ;;
   esac

@@ -1,7 +1,7 @@
 // The bodies of the fuzz targets: one check per parser that reads outside
 // input (the command line and PET_* environment, torch's error file, the
 // records agents exchange through the store, Slurm host lists, torch's
-// FileTimer requests). Shared by the
+// FileTimer requests, the host list of a fanned-out job). Shared by the
 // libFuzzer entry point (fuzz_target.cpp, clang only) and the replay of saved
 // inputs (test_fuzz_regressions.cpp, every build), so an input that once broke
 // a parser stays a test without clang.
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "ddprun/cli.hpp"
 #include "ddprun/error_file.hpp"
 #include "ddprun/file_timer_table.hpp"
+#include "ddprun/host_plan.hpp"
 #include "ddprun/hostlist.hpp"
 #include "ddprun/rendezvous.hpp"
 // The elastic protocol's own records (the event queue, the answers) are not
@@ -259,6 +261,90 @@ inline std::string check_progress(std::string_view data) {
     return {};
 }
 
+// What a plan of hosts promises, whoever made it: valid, unique names, slots
+// within 1..k_max_host_slots, and devices (if narrowed) unique, not negative
+// and below the host's slots.
+inline std::string check_planned(std::string_view what,
+                                 const std::vector<ddprun::PlannedHost>& hosts) {
+    std::set<std::string_view> seen;
+    for (const auto& host : hosts) {
+        if (!ddprun::check_host_name(host.name).empty())
+            return std::string(what) + " accepted an invalid host name";
+        if (!seen.insert(host.name).second) return std::string(what) + " listed a host twice";
+        if (host.slots && (*host.slots < 1 || *host.slots > ddprun::k_max_host_slots))
+            return std::string(what) + " accepted slots outside 1..k_max_host_slots";
+        std::set<int> devices;
+        for (int device : host.devices) {
+            if (device < 0 || (host.slots && device >= *host.slots))
+                return std::string(what) + " chose a device outside the host's slots";
+            if (!devices.insert(device).second) return std::string(what) + " chose a device twice";
+        }
+    }
+    return {};
+}
+
+// Selecting from a valid plan: an error is one line; what is kept is a valid,
+// non-empty plan in the same order, each host one of the input's.
+inline std::string check_selection(const std::vector<ddprun::PlannedHost>& hosts,
+                                   std::string_view include, std::string_view exclude) {
+    auto selected = ddprun::select_hosts(hosts, include, exclude);
+    if (!selected) return check_one_line("select_hosts", selected.error());
+    if (selected->empty()) return "select_hosts kept no host and said nothing";
+    if (auto broken = check_planned("select_hosts", *selected); !broken.empty()) return broken;
+    std::size_t next = 0;
+    for (const auto& host : *selected) {
+        while (next < hosts.size() && hosts[next].name != host.name) ++next;
+        if (next == hosts.size()) return "select_hosts kept a host not in its input, or reordered";
+        if (hosts[next].slots != host.slots) return "select_hosts changed a host's slots";
+    }
+    return {};
+}
+
+// The input is a hostfile as a whole, and also, line by line: a --hosts value,
+// an --include and an --exclude, applied to both host lists that parse.
+inline std::string check_hosts(std::string_view data) {
+    std::string_view lines[3];
+    std::string_view rest = data;
+    for (auto& line : lines) {
+        auto end = rest.find('\n');
+        line = rest.substr(0, end);
+        rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
+    }
+    try {
+        std::vector<std::vector<ddprun::PlannedHost>> plans;
+        auto from_file = ddprun::parse_hostfile(data);
+        if (!from_file) {
+            if (auto broken = check_one_line("parse_hostfile", from_file.error()); !broken.empty())
+                return broken;
+        } else if (auto broken = check_planned("parse_hostfile", *from_file); !broken.empty()) {
+            return broken;
+        } else {
+            plans.push_back(std::move(*from_file));
+        }
+        auto from_flag = ddprun::parse_hosts_flag(lines[0]);
+        if (!from_flag) {
+            if (auto broken = check_one_line("parse_hosts_flag", from_flag.error());
+                !broken.empty())
+                return broken;
+        } else if (auto broken = check_planned("parse_hosts_flag", *from_flag); !broken.empty()) {
+            return broken;
+        } else {
+            plans.push_back(std::move(*from_flag));
+        }
+        for (const auto& plan : plans) {
+            for (auto [include, exclude] :
+                 {std::pair{lines[1], std::string_view()}, std::pair{std::string_view(), lines[2]},
+                  std::pair{lines[1], lines[2]}}) {
+                if (auto broken = check_selection(plan, include, exclude); !broken.empty())
+                    return broken;
+            }
+        }
+    } catch (const std::exception& error) {
+        return std::string("a host list parser threw: ") + error.what();
+    }
+    return {};
+}
+
 struct Target {
     std::string_view name;  // also the directory of its corpus and regressions
     std::string (*check)(std::string_view);
@@ -269,7 +355,7 @@ inline constexpr Target k_targets[] = {
     {"node_info", check_node_info}, {"failure_record", check_failure_record},
     {"hostlist", check_hostlist},   {"round_result", check_round_result},
     {"elastic", check_elastic},     {"file_timer", check_file_timer},
-    {"progress", check_progress},
+    {"progress", check_progress},   {"hosts", check_hosts},
 };
 
 }  // namespace ddprun_fuzz
