@@ -230,7 +230,7 @@ void add_once(std::vector<int>& slots, int slot) {
 // every name must be a host of the list, every slot one it has.
 std::expected<std::vector<NodeSpec>, std::string> parse_filter(
     std::string_view flag, std::string_view filter, const Hosts& hosts,
-    std::map<std::string_view, std::size_t>& index) {
+    const std::map<std::string_view, std::size_t>& index) {
     std::vector<NodeSpec> specs;
     std::size_t start = 0;
     while (true) {

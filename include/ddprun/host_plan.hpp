@@ -52,7 +52,9 @@ inline int workers_on(const PlannedHost& host, int default_nproc) {
 // "" if `name` can be a host name, else why not (one line, quoting the name
 // with unprintable characters escaped). A host name is 1..253 characters of
 // letters, digits, '-', '.' and '_', not starting with '-' (ssh would read it
-// as an option).
+// as an option). So neither "user@host" nor an IPv6 literal is one: '@' and
+// ':' separate the parts of --hosts and --include; a Host alias in
+// ~/.ssh/config gives a host its user or address.
 std::string check_host_name(std::string_view name);
 
 // The value of --hosts: comma-separated HOST[:SLOTS], where HOST may be a Slurm
