@@ -60,15 +60,17 @@ std::string check_host_name(std::string_view name);
 // The value of --hosts: comma-separated HOST[:SLOTS], where HOST may be a Slurm
 // hostlist expression ("gpu[01-04]:8", "a,b:2"); a ":SLOTS" after a bracket
 // expression applies to every host it expands to. Errors: one line naming the
-// entry, e.g. "--hosts entry 'gpu1:x': slots 'x' is not a number (write
-// HOST:SLOTS, e.g. gpu1:8)".
+// entry by number, e.g. "--hosts entry 2 'gpu1:x': slots is not a number
+// (write HOST:SLOTS, e.g. gpu1:8)".
 std::expected<std::vector<PlannedHost>, std::string> parse_hosts_flag(std::string_view value);
 
 // The text of a hostfile: one host per line as `host slots=N` (DeepSpeed, Open
 // MPI), `host:N` (horovodrun) or a bare `host`; '#' starts a comment (whole
 // line or trailing); blank lines, surrounding whitespace and CRLF line endings
-// are fine. Open MPI's other `key=value` words (max_slots=M, ...) are accepted
-// and ignored. Errors: "hostfile line N: '<line>': <problem> (<what to write>)".
+// are fine. Open MPI's `max_slots=M` (or `max-slots=M`) is checked and ignored
+// (ddprun never oversubscribes); any other key is refused, because a misspelled
+// `slot=8` ignored would start the wrong number of workers. Errors:
+// "hostfile line N: '<line>': <problem> (<what to write>)".
 std::expected<std::vector<PlannedHost>, std::string> parse_hostfile(std::string_view text);
 
 // DeepSpeed's --include / --exclude applied to `hosts` (from the parsers
@@ -76,11 +78,13 @@ std::expected<std::vector<PlannedHost>, std::string> parse_hostfile(std::string_
 // "host1@host2:0,2" is all of host1 and slots 0 and 2 of host2. --include keeps
 // only what it names, --exclude drops what it names; an empty string is no
 // filter, and both at once is an error, as in DeepSpeed. Hosts keep the order
-// of `hosts`; slots keep the order they were named in (repeats removed). A
-// name not in `hosts`, or a slot not below the host's slots, is an error
-// naming it. Excluding single slots needs the host's slot count: where it is
-// unset the caller fills in a numeric --nproc_per_node first, else this is an
-// error saying so. Nothing left at all is an error.
+// of `hosts`. Included slots keep the order they were named in, repeats
+// removed; a host named twice gets both lists (DeepSpeed keeps the last one).
+// What --exclude leaves keeps the host's order. A name not in `hosts`, or a
+// slot not below the host's slots, is an error naming it. Excluding single
+// slots needs the host's slot count: where it is unset the caller fills in a
+// numeric --nproc_per_node first, else this is an error saying so. Nothing
+// left at all is an error.
 std::expected<std::vector<PlannedHost>, std::string> select_hosts(std::vector<PlannedHost> hosts,
                                                                   std::string_view include,
                                                                   std::string_view exclude);
