@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <filesystem>
 #include <fstream>
 
 #include "agent_impl.hpp"
@@ -37,11 +38,6 @@ constexpr milliseconds k_share_bound{1500};
 // so that a hang is seen within the timeout plus at most half a second.
 milliseconds look_period(const LaunchConfig& config) {
     return std::clamp(config.hang_timeout / 10, milliseconds(50), milliseconds(500));
-}
-
-std::string fs_parent(const std::string& path) {
-    auto slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(0, slash);
 }
 
 }  // namespace
@@ -115,8 +111,9 @@ void Agent::Impl::begin_hang_stop() {
     std::vector<pid_t> pids;
     for (const auto& w : hang_stop->workers) pids.push_back(w.pid);
     // Blocking (a tool per worker, bounded): off the loop, which keeps serving signals.
-    hang_stop->capture = std::thread([this, pids] {
-        auto stacks = capture_native_stacks(pids, k_native_bound);
+    hang_stop->tool = native_stack_tool();  // one PATH search: the stacks file names it
+    hang_stop->capture = std::thread([this, pids, tool = hang_stop->tool] {
+        auto stacks = capture_native_stacks(pids, k_native_bound, tool);
         asio::post(io, [this, stacks = std::move(stacks)]() mutable {
             stacks_captured(std::move(stacks));
         });
@@ -212,9 +209,8 @@ void Agent::Impl::keep_hang_stacks() {
         file << fmt::format("rank {}, local rank {}, pid {}, node {} ({}), round {}\n", w.rank,
                             w.local_rank, w.pid, node_rank, ctx.host, round);
         if (!dump.empty()) file << "\n== Python threads (faulthandler) ==\n" << dump;
-        file << fmt::format("\n== native threads ({}) ==\n", native_stack_tool().empty()
-                                                                 ? std::string("no tool")
-                                                                 : native_stack_tool());
+        file << fmt::format("\n== native threads ({}) ==\n",
+                            hang_stop->tool.empty() ? std::string("no tool") : hang_stop->tool);
         file << (native ? (native->error.empty() ? native->text : native->error + "\n")
                         : std::string("not captured\n"));
         if (!file) {
@@ -224,9 +220,11 @@ void Agent::Impl::keep_hang_stacks() {
         kept = true;
     }
     if (kept)
-        hang_stop->rank_lines.push_back(
-            fmt::format("every thread's stacks: {}/<local rank>/stacks.txt",
-                        fs_parent(*workers.log_dir_of(hang_stop->workers.front().local_rank))));
+        hang_stop->rank_lines.push_back(fmt::format(
+            "every thread's stacks: {}/<local rank>/stacks.txt",
+            std::filesystem::path(*workers.log_dir_of(hang_stop->workers.front().local_rank))
+                .parent_path()
+                .string()));
     else if (ctx.log_dir.empty())
         hang_stop->rank_lines.push_back("--log_dir DIR keeps every thread's stacks of every rank");
 }

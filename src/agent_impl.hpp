@@ -105,7 +105,8 @@ struct Agent::Impl {
     struct HangStop {
         std::vector<WorkerGroup::Running> workers;  // running at the stop
         std::vector<NativeStack> native;
-        std::vector<pid_t> dumping;          // Python workers sent SIGABRT for their tracebacks
+        std::string tool;            // what captured them: "eu-stack", "gdb" or "" (none found)
+        std::vector<pid_t> dumping;  // Python workers sent SIGABRT for their tracebacks
         std::vector<RankProgress> progress;  // every node's ranks, as shared
         std::thread capture;
         std::unique_ptr<asio::steady_timer> dump_bound;

@@ -85,21 +85,22 @@ std::optional<RankProgress> first_to_stop(const std::vector<RankProgress>& ranks
     return first;
 }
 
+std::string timeout_text(std::chrono::milliseconds timeout) {
+    return fmt::format("{:g} s", static_cast<double>(timeout.count()) / 1000.0);
+}
+
 std::string describe_first_stop(const RankProgress& rank, const HangLimits& limits) {
     const std::string who = rank.node_rank >= 0
                                 ? fmt::format("rank {} (node {})", rank.rank, rank.node_rank)
                                 : fmt::format("rank {}", rank.rank);
-    auto bound = [](std::chrono::milliseconds ms) {
-        return fmt::format("{:g} s", static_cast<double>(ms.count()) / 1000.0);
-    };
     if (rank.silent_ms < 0)
         return fmt::format("{} never beat within --hang-timeout-first={} (running {})", who,
-                           limits.first ? bound(*limits.first) : std::string("?"),
+                           limits.first ? timeout_text(*limits.first) : std::string("?"),
                            seconds(rank.running_ms));
     return fmt::format(
         "{} stopped making progress first: no beat for {} (--hang-timeout={}), "
         "last beat {}",
-        who, seconds(rank.silent_ms), bound(limits.timeout), quoted_label(rank.label));
+        who, seconds(rank.silent_ms), timeout_text(limits.timeout), quoted_label(rank.label));
 }
 
 std::string describe_progress(std::vector<RankProgress> ranks) {

@@ -34,6 +34,7 @@ std::optional<ProcessIds> process_ids(pid_t pid) {
     if (close == std::string::npos) return std::nullopt;
     // " S PPID PGRP ...": the state, then the parent's pid and the process group.
     std::string_view fields = trim(std::string_view(line).substr(close + 1));
+    const char state = fields.empty() ? '?' : fields.front();
     auto next_field = [&fields]() -> std::optional<long long> {
         auto space = fields.find(' ');
         if (space == std::string_view::npos) return std::nullopt;
@@ -43,7 +44,7 @@ std::optional<ProcessIds> process_ids(pid_t pid) {
     auto ppid = next_field();
     auto pgid = next_field();
     if (!ppid || !pgid) return std::nullopt;
-    return ProcessIds{static_cast<pid_t>(*ppid), static_cast<pid_t>(*pgid)};
+    return ProcessIds{static_cast<pid_t>(*ppid), static_cast<pid_t>(*pgid), state};
 }
 
 std::expected<std::vector<pid_t>, Error> children_of(pid_t parent) {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/hang_monitor.hpp"
 #include "ddprun/topology.hpp"
 
 #include <algorithm>
@@ -142,6 +143,9 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         else if (local_world_size > 1)
             unless_set(env, "OMP_NUM_THREADS", "1");
         unless_set(env, "PYTHONUNBUFFERED", "1");
+        // A hung Python worker's tracebacks: faulthandler prints them on the SIGABRT
+        // ddprun sends at a hang (agent_hang.cpp).
+        if (config.hang_timeout.count() > 0) unless_set(env, "PYTHONFAULTHANDLER", "1");
         // torch < 2.2 reads only the old name. A user who set either chose for both.
         if (!inherited.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING") &&
             !inherited.contains("NCCL_ASYNC_ERROR_HANDLING")) {
@@ -206,17 +210,14 @@ std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec
                    w.sets_devices ? w.devices : "(unset)", cpus_of(w), join(command, " "));
     }
     if (config.hang_timeout.count() > 0) {
-        auto secs = [](std::chrono::milliseconds ms) {
-            return fmt::format("{:g} s", static_cast<double>(ms.count()) / 1000.0);
-        };
         out += fmt::format(
             "\nhangs: a rank that wrote to DDPRUN_PROGRESS_FD and then stays silent for {} is "
             "hung{}: every node dumps its workers' stacks (Python: PYTHONFAULTHANDLER=1), the job "
             "stops with exit code 124{}\n",
-            secs(config.hang_timeout),
+            timeout_text(config.hang_timeout),
             config.hang_timeout_first
                 ? fmt::format(", and so is one that has not written within {} of its start",
-                              secs(*config.hang_timeout_first))
+                              timeout_text(*config.hang_timeout_first))
                 : std::string(),
             config.max_restarts > 0 ? fmt::format(" after {} restart(s)", config.max_restarts)
                                     : std::string());

@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/fd.hpp"
+#include "ddprun/process_tree.hpp"
 #include "ddprun/stacks.hpp"
 #include "ddprun/text.hpp"
 
@@ -62,19 +63,9 @@ std::string find_executable(std::string_view name) {
 // "" when the process is there to attach to, else why not.
 std::string why_not_attachable(pid_t pid) {
     if (pid <= 0) return fmt::format("{} is not a process id", pid);
-    std::string stat = fmt::format("/proc/{}/stat", pid);
-    int fd = ::open(stat.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fmt::format("process {} has exited", pid);
-    char buf[512];
-    ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    std::string_view text(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
-    // The state follows the command name, which may hold ") ".
-    std::size_t close = text.rfind(") ");
-    if (close != std::string_view::npos && close + 2 < text.size()) {
-        char state = text[close + 2];
-        if (state == 'Z' || state == 'X') return fmt::format("process {} has exited", pid);
-    }
+    auto ids = process_ids(pid);
+    if (!ids || ids->state == 'Z' || ids->state == 'X')
+        return fmt::format("process {} has exited", pid);
     return {};
 }
 

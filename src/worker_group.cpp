@@ -165,9 +165,6 @@ Status WorkerGroup::Impl::spawn_all() {
             w.progress = std::move(*channel);
             stdio.progress = w.progress->worker_fd();
             w.spec.env.emplace_back(k_progress_fd_env, std::to_string(stdio.progress));
-            // A Python worker's tracebacks at a hang: faulthandler prints them on SIGABRT.
-            if (!ctx.env.contains("PYTHONFAULTHANDLER"))
-                w.spec.env.emplace_back("PYTHONFAULTHANDLER", "1");
         }
         auto pid = spawn_worker(w.spec, ctx.executable, ctx.env, stdio);
         if (w.progress) w.progress->close_worker_end();

@@ -74,4 +74,7 @@ std::optional<RankProgress> first_to_stop(const std::vector<RankProgress>& ranks
 // progress first: no beat for 30.1 s (--hang-timeout=30 s), last beat 'step 41'".
 std::string describe_first_stop(const RankProgress& rank, const HangLimits& limits);
 
+// A --hang-timeout value as messages show it: "30 s", "2.5 s".
+std::string timeout_text(std::chrono::milliseconds timeout);
+
 }  // namespace ddprun

@@ -24,11 +24,12 @@ Status become_subreaper();
 // be read.
 std::expected<std::vector<pid_t>, Error> children_of(pid_t parent);
 
-// A process's parent and process group, from /proc/<pid>/stat; nullopt when
+// A process's parent, process group and state, from /proc/<pid>/stat; nullopt when
 // it is gone (or /proc cannot say).
 struct ProcessIds {
     pid_t ppid = 0;
     pid_t pgid = 0;
+    char state = '?';  // 'Z' a zombie, 'X' dead, 't' traced, ...
 };
 std::optional<ProcessIds> process_ids(pid_t pid);
 
