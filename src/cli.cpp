@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -124,6 +125,93 @@ void resolve_verbosity(const std::vector<CLI::Option*>& parsed, const Environmen
     }
 }
 
+bool is_variable_name(std::string_view name) {
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+    return std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+}
+
+// Options the launcher keeps to itself, or sets per host, and so never passes
+// on as given (see FanOutSettings::agent_options).
+constexpr std::string_view k_launcher_options[] = {
+    "hosts",       "hostfile", "include",   "exclude",   "ssh-command",    "remote-ddprun",
+    "env",         "lifeline", "preflight", "dry-run",   "verbose",        "quiet",
+    "help",        "version",  "nnodes",    "node_rank", "nproc_per_node", "local_addr",
+    "master_addr", "rdzv_id",
+};
+
+// --hosts / --hostfile and their companions: what they conflict with, and the
+// options the agents get. The hosts themselves are planned later (fan_out.cpp):
+// a hostfile is read only then.
+void resolve_fan_out(const std::vector<CLI::Option*>& parsed, const Settings& settings,
+                     ConfigBuilder& b, LaunchConfig& config) {
+    FanOutSettings& fan = config.fan_out;
+    b.set("hosts", fan.hosts, [](const Setting& s) { return parse_nonempty(s, "gpu[01-04]:8"); });
+    b.set("hostfile", fan.hostfile,
+          [](const Setting& s) { return parse_nonempty(s, "hostfile.txt"); });
+    b.set("include", fan.include, [](const Setting& s) { return Parsed<std::string>(s.value); });
+    b.set("exclude", fan.exclude, [](const Setting& s) { return Parsed<std::string>(s.value); });
+    b.set("ssh-command", fan.ssh_command,
+          [](const Setting& s) { return parse_nonempty(s, "'ssh -p 2222'"); });
+    b.set("remote-ddprun", fan.remote_ddprun,
+          [](const Setting& s) { return parse_nonempty(s, "/opt/ddprun/bin/ddprun"); });
+    for (std::size_t i = 0; i < std::size(k_options); ++i) {
+        if (k_options[i].name != "env") continue;
+        for (const std::string& value : parsed[i]->results()) {
+            std::string_view name = std::string_view(value).substr(0, value.find('='));
+            if (!is_variable_name(name))
+                b.fail(Setting{"--env", value}.error_hint(
+                    "not a variable name", "write NAME or NAME=VALUE, e.g. --env WANDB_API_KEY"));
+            fan.env.push_back(value);
+        }
+    }
+    if (b.error()) return;
+    const char* const companions[] = {"include", "exclude", "ssh-command", "remote-ddprun"};
+    if (!fan.given()) {
+        for (const char* name : companions)
+            if (const Setting* s = b.find(name))
+                return b.fail(s->error_hint("is for a job started with --hosts or --hostfile",
+                                            "add one, or drop it"));
+        if (!fan.env.empty())
+            return b.fail(usage_error(
+                "--env: is for a job started with --hosts or --hostfile (add one, or drop it; "
+                "a local job's workers inherit ddprun's environment)"));
+        return;
+    }
+    const Setting* list = b.find(fan.hosts.empty() ? "hostfile" : "hosts");
+    auto conflict = [&](std::string_view name, std::string_view hint) {
+        if (const Setting* s = b.find(name))
+            b.fail(s->error_hint(fmt::format("conflicts with {}", list->shown()), hint));
+    };
+    if (!fan.hosts.empty()) conflict("hostfile", "give the hosts one way: --hosts or --hostfile");
+    conflict("node_rank", "the hosts are nodes 0, 1, ... in the order listed; drop the node rank");
+    conflict("standalone", "standalone runs one node; drop one of them");
+    conflict("lifeline", "--lifeline is what the launcher gives its agents; drop it");
+    conflict("preflight", "--preflight is what the launcher gives its agents; drop it");
+    if (!b.error() && config.elastic())
+        b.fail(b.find("nnodes")->error_hint(
+            fmt::format("an elastic job cannot be started with {}", list->shown()),
+            "drop --nnodes: the host list sets it"));
+    if (b.error()) return;
+    fan.master_addr_given = settings.contains("master_addr");
+    fan.rdzv_endpoint_given = settings.contains("rdzv_endpoint");
+    fan.rdzv_id_given = settings.contains("rdzv_id");
+    for (const auto& [name, setting] : settings) {
+        if (std::find(std::begin(k_launcher_options), std::end(k_launcher_options), name) !=
+            std::end(k_launcher_options))
+            continue;
+        std::string flag = "--" + std::string(name);
+        if (is_flag(*find_option(name))) {
+            // A flag from the environment (DDPRUN_ALL_DEVICES=0) may be off.
+            if (!setting.bare_flag && !parse_switch(setting).value_or(false)) continue;
+            fan.agent_options.push_back(flag);
+        } else {
+            fan.agent_options.push_back(flag + "=" + setting.value);
+        }
+    }
+}
+
 std::expected<LaunchConfig, Error> build_config(const Settings& settings,
                                                 const std::vector<CLI::Option*>& parsed,
                                                 const std::vector<std::string>& args,
@@ -145,6 +233,8 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     b.set("nnodes", nnodes, parse_nnodes);
     config.min_nnodes = nnodes.min;
     config.nnodes = nnodes.max;
+    // Before --node_rank is checked against --nnodes: with --hosts, the host list sets both.
+    resolve_fan_out(parsed, settings, b, config);
     b.set("nproc_per_node", config.nproc_per_node, parse_nproc);
     b.set("standalone", standalone, parse_switch);
     if (standalone && config.nnodes != 1 && b.find("nnodes") != nullptr)
@@ -237,6 +327,8 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
                    ->error_hint(fmt::format("conflicts with {}", b.find("numa-binding")->shown()),
                                 "numa binding already pins each worker near its GPU; drop one"));
     b.set("dry-run", config.dry_run, parse_switch);
+    b.set("lifeline", config.lifeline, parse_switch);
+    b.set("preflight", config.preflight, parse_switch);
 
     b.set("log_dir", config.log_dir, [](const Setting& s) { return Parsed<std::string>(s.value); });
     b.set("redirects", config.redirects, parse_streams);
@@ -369,7 +461,9 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
         std::string names = fmt::format("--{},--{}", spec.name, alternate_spelling(spec.name));
         if (spec.short_name != 0) names += fmt::format(",-{}", spec.short_name);
         CLI::Option* option = is_flag(spec) ? app.add_flag(names) : app.add_option(names);
-        option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        // --env is the one option that may be given several times, each adding a variable.
+        option->multi_option_policy(spec.name == "env" ? CLI::MultiOptionPolicy::TakeAll
+                                                       : CLI::MultiOptionPolicy::TakeLast);
         parsed.push_back(option);
     }
     std::vector<std::string> reversed(scanned.options.rbegin(), scanned.options.rend());

@@ -23,6 +23,8 @@ namespace {
 
 constexpr std::string_view k_torchrun = "torchrun flags (- and _ spellings both work):";
 constexpr std::string_view k_ddprun = "ddprun flags:";
+constexpr std::string_view k_fan_out =
+    "one command for the whole job, over ssh (README \"Without a scheduler\"):";
 
 // k_options (cli_options.hpp): the one list of options.
 constexpr OptionSpec k_option_table[] = {
@@ -89,6 +91,24 @@ constexpr OptionSpec k_option_table[] = {
      "a worker must beat within SECS of its start [no bound]"},
     {"log-prefix", 0, "TEMPLATE", EnvDefault::Ddprun, k_ddprun,
      "{rank} {local_rank} {node_rank} {role} {round} [\"[{rank}]: \"]"},
+    {"hosts", 0, "HOST[:SLOTS],...", EnvDefault::Ddprun, k_fan_out,
+     "start an agent on each host (gpu[01-04]:8); the first is node 0"},
+    {"hostfile", 0, "FILE", EnvDefault::Ddprun, k_fan_out,
+     "hosts, one a line: 'host slots=N', 'host:N' or 'host'"},
+    {"include", 0, "HOST[:SLOT,...]@...", EnvDefault::Ddprun, k_fan_out,
+     "only these hosts or slots (DeepSpeed's syntax)"},
+    {"exclude", 0, "HOST[:SLOT,...]@...", EnvDefault::Ddprun, k_fan_out,
+     "every host and slot but these"},
+    {"ssh-command", 0, "COMMAND", EnvDefault::Ddprun, k_fan_out,
+     "how a host is reached [ssh]; with {host}: any tool (kubectl)"},
+    {"remote-ddprun", 0, "PATH", EnvDefault::Ddprun, k_fan_out,
+     "ddprun on the hosts [this ddprun's own path]"},
+    {"env", 0, "NAME[=VALUE]", EnvDefault::None, k_fan_out,
+     "pass this variable to the hosts too (repeatable)"},
+    {"lifeline", 0, "", EnvDefault::None, k_fan_out,
+     "an agent of --hosts: stop the job when stdin closes"},
+    {"preflight", 0, "", EnvDefault::None, k_fan_out,
+     "an agent of --hosts: check this node can run the job"},
     {"verbose", 'v', "", EnvDefault::None, k_ddprun, "more output (-vv: even more)"},
     {"quiet", 'q', "", EnvDefault::None, k_ddprun, "errors only"},
     {"version", 0, "", EnvDefault::None, k_ddprun, "print the version"},
@@ -158,6 +178,12 @@ std::string example_for(const OptionSpec& spec) {
 
 // A span, so that the table stays here next to the code that reads it.
 constinit const std::span<const OptionSpec> k_options = k_option_table;
+
+const OptionSpec* find_option(std::string_view name) {
+    for (const OptionSpec& spec : k_options)
+        if (spec.name == name) return &spec;
+    return nullptr;
+}
 
 std::string alternate_spelling(std::string_view name) {
     std::string other(name);

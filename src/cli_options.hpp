@@ -43,6 +43,9 @@ inline bool is_flag(const OptionSpec& spec) {
     return spec.value_name.empty();
 }
 
+// The option of this canonical name (a name from k_options: never null for one).
+const OptionSpec* find_option(std::string_view name);
+
 // The other spelling: nproc_per_node <-> nproc-per-node.
 std::string alternate_spelling(std::string_view name);
 

@@ -79,6 +79,26 @@ struct RendezvousSettings {
     std::map<std::string, std::string> other;
 };
 
+// --hosts / --hostfile: this ddprun is the launcher of a job over ssh, not one
+// of its agents (fan_out.hpp). Hosts are planned by host_plan.hpp.
+struct FanOutSettings {
+    std::string hosts;               // --hosts, as given
+    std::string hostfile;            // --hostfile, a path
+    std::string include, exclude;    // DeepSpeed's --include / --exclude
+    std::string ssh_command;         // --ssh-command; empty: "ssh"
+    std::string remote_ddprun;       // --remote-ddprun; empty: this ddprun's own path
+    std::vector<std::string> env;    // --env NAME[=VALUE], in the order given
+    bool master_addr_given = false;  // --master_addr (else the first host is the master)
+    bool rdzv_endpoint_given = false;
+    bool rdzv_id_given = false;
+    // The options every agent gets as they were resolved here ("--name=value" or
+    // "--flag"): all but the launcher's own and those it sets per host (nnodes,
+    // node_rank, nproc_per_node, local_addr, master_addr, rdzv_id and, unless
+    // given, rdzv_endpoint).
+    std::vector<std::string> agent_options;
+    bool given() const { return !hosts.empty() || !hostfile.empty(); }
+};
+
 struct LaunchConfig {
     // Job shape. An elastic job (--nnodes=MIN:MAX, min_nnodes < nnodes) runs
     // with any node count from min_nnodes to nnodes, re-formed as nodes come
@@ -135,6 +155,14 @@ struct LaunchConfig {
     std::string log_prefix = "[{rank}]: ";            // empty: no prefix
 
     // ddprun's own.
+    FanOutSettings fan_out;  // --hosts / --hostfile and what goes with them
+    // --lifeline: this agent was started by a --hosts launcher; its standard
+    // input is the launcher's link: end of file stops the job at once (the
+    // launcher or its ssh is gone), a line "signal N" acts as signal N.
+    bool lifeline = false;
+    // --preflight: check that this node could run the job (program, devices,
+    // the store's port on node 0), print "ddprun-preflight VERSION", start nothing.
+    bool preflight = false;
     bool dry_run = false;
     int verbosity = 0;  // -1 quiet (errors only), 0 info, 1 debug, 2 trace
 
