@@ -194,6 +194,7 @@ void resolve_fan_out(const std::vector<CLI::Option*>& parsed, const Settings& se
             fmt::format("an elastic job cannot be started with {}", list->shown()),
             "drop --nnodes: the host list sets it"));
     if (b.error()) return;
+    fan.nnodes_given = settings.contains("nnodes");
     fan.master_addr_given = settings.contains("master_addr");
     fan.rdzv_endpoint_given = settings.contains("rdzv_endpoint");
     fan.rdzv_id_given = settings.contains("rdzv_id");

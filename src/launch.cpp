@@ -11,7 +11,9 @@
 #include "ddprun/agent.hpp"
 #include "ddprun/devices.hpp"
 #include "ddprun/etcd_client.hpp"
+#include "ddprun/fan_out.hpp"
 #include "ddprun/logging.hpp"
+#include "ddprun/ports.hpp"
 #include "ddprun/program.hpp"
 #include "ddprun/rank_plan.hpp"
 #include "ddprun/scheduler_env.hpp"
@@ -124,7 +126,7 @@ Status prepare_etcd_access(LaunchContext& ctx) {
 std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
                                                     const Environment& env) {
     // Where the job's shape came from (flag, DDPRUN_/PET_, scheduler, default).
-    if (!config.dry_run) {
+    if (!config.dry_run && !config.preflight && !config.lifeline) {
         if (!config.scheduler.empty() || config.nnodes > 1)
             spdlog::info("{}", describe_value_sources(config));
         else
@@ -163,6 +165,7 @@ std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
     if (!executable) return std::unexpected(executable.error());
     ctx.executable = *executable;
     if (auto access = prepare_etcd_access(ctx); !access) return std::unexpected(access.error());
+    if (config.preflight) return prepared;  // checked what the node needs; makes nothing
     if (auto logs = prepare_log_dir(ctx); !logs) return std::unexpected(logs.error());
     const std::string base = scratch_base(env);
     if (int removed = reclaim_scratch_dirs(base))
@@ -172,6 +175,24 @@ std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
     if (!scratch) return std::unexpected(scratch.error());
     ctx.scratch_dir = *scratch;
     return prepared;
+}
+
+std::expected<std::string, Error> preflight_answer(const LaunchContext& ctx) {
+    const LaunchConfig& config = ctx.config;
+    const bool hosts_store = config.nnodes > 1 && config.rdzv_backend != "etcd" &&
+                             config.node_rank == 0 && config.rendezvous.is_host.value_or(true);
+    if (hosts_store) {
+        auto endpoint =
+            split_endpoint(config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint,
+                           k_default_rdzv_port);
+        if (!endpoint) return std::unexpected(endpoint.error());
+        if (auto held = PortReservation::reserve(endpoint->port); !held)
+            return std::unexpected(rendezvous_error(fmt::format(
+                "node 0's rendezvous port {} is taken on {} ({}): give the job another with "
+                "--rdzv_endpoint={}:PORT",
+                endpoint->port, ctx.host, held.error().message, endpoint->host)));
+    }
+    return fmt::format("{}{} nproc={}\n", k_preflight_answer, DDPRUN_VERSION, ctx.nproc);
 }
 
 int run_launch(LaunchContext context) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ddprun/cli.hpp"
+#include "ddprun/fan_out.hpp"
 #include "ddprun/launch.hpp"
 #include "ddprun/logging.hpp"
 
@@ -23,10 +24,20 @@ int main(int argc, char** argv) {
         return exit_code::kSuccess;
     }
     setup_logging(command_line->config.verbosity);
+    if (command_line->config.fan_out.given()) return run_fan_out(command_line->config, env);
     auto prepared = prepare_launch(command_line->config, env);
     if (!prepared) {
         std::fprintf(stderr, "ddprun: error: %s\n", prepared.error().message.c_str());
         return prepared.error().exit_code;
+    }
+    if (command_line->config.preflight) {
+        auto answer = preflight_answer(prepared->context);
+        if (!answer) {
+            std::fprintf(stderr, "ddprun: error: %s\n", answer.error().message.c_str());
+            return answer.error().exit_code;
+        }
+        std::fputs(answer->c_str(), stdout);
+        return exit_code::kSuccess;
     }
     if (command_line->config.dry_run) {
         std::fputs(prepared->dry_run_plan.c_str(), stdout);

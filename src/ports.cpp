@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstdint>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -17,7 +18,7 @@
 
 namespace ddprun {
 
-std::expected<PortReservation, Error> PortReservation::reserve() {
+std::expected<PortReservation, Error> PortReservation::reserve(int port) {
     PortReservation reservation;
     reservation.m_fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!reservation.m_fd) return std::unexpected(system_error("socket"));
@@ -28,9 +29,10 @@ std::expected<PortReservation, Error> PortReservation::reserve() {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = 0;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
     if (::bind(reservation.m_fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-        return std::unexpected(system_error("bind to a free port"));
+        return std::unexpected(
+            system_error(port == 0 ? "bind to a free port" : fmt::format("bind to port {}", port)));
     socklen_t len = sizeof addr;
     if (::getsockname(reservation.m_fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
         return std::unexpected(system_error("getsockname"));

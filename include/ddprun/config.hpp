@@ -88,6 +88,7 @@ struct FanOutSettings {
     std::string ssh_command;         // --ssh-command; empty: "ssh"
     std::string remote_ddprun;       // --remote-ddprun; empty: this ddprun's own path
     std::vector<std::string> env;    // --env NAME[=VALUE], in the order given
+    bool nnodes_given = false;       // --nnodes: must then be the number of hosts
     bool master_addr_given = false;  // --master_addr (else the first host is the master)
     bool rdzv_endpoint_given = false;
     bool rdzv_id_given = false;

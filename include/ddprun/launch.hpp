@@ -44,6 +44,12 @@ struct PreparedLaunch {
 std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
                                                     const Environment& env);
 
+// --preflight (an agent of --hosts, fan_out.hpp): after prepare_launch() has
+// checked what this node needs, checks that node 0's rendezvous port is free
+// when this node would host the store. Returns the answer to print, starting
+// with k_preflight_answer, or the one-line error (75 for a port in use).
+std::expected<std::string, Error> preflight_answer(const LaunchContext& context);
+
 // Runs the job under the supervisor (the agent in a child process) and returns
 // ddprun's exit code. The scratch directory is gone when it returns.
 int run_launch(LaunchContext context);

@@ -16,9 +16,10 @@ namespace ddprun {
 
 class PortReservation {
   public:
-    // Binds an ephemeral port on all addresses. Fails (naming the call) only
-    // when the system has no socket or port to give.
-    static std::expected<PortReservation, Error> reserve();
+    // Binds `port` on all addresses, or with 0 an ephemeral one. Fails (naming
+    // the call) when the system has no socket or port to give, or `port` is
+    // listened on (the --hosts preflight's check of node 0's store port).
+    static std::expected<PortReservation, Error> reserve(int port = 0);
 
     int port() const { return m_port; }
 
@@ -30,6 +31,9 @@ class PortReservation {
 }  // namespace ddprun
 
 namespace ddprun {
+
+// Where the c10d store listens when --rdzv_endpoint gives no port (torchrun's).
+constexpr int k_default_rdzv_port = 29400;
 
 struct Endpoint {
     std::string host;

@@ -1053,5 +1053,59 @@ TEST(CliScheduler, MpirunOnePerNode) {
                                         {"master_port", "free port (default)"}}));
 }
 
+TEST(CliFanOut, TheAgentsGetTheResolvedOptionsButNotTheLaunchersOwn) {
+    LaunchConfig c = parse_ok(
+        {"--hosts", "a,b:2", "--nproc_per_node=4", "--max_restarts=1", "--master_port=1234",
+         "--env", "A=1", "--env", "B", "--tee=3", "-v", "--ssh-command", "ssh -p 2", "./t", "x"},
+        {{"DDPRUN_HANG_TIMEOUT", "60"},
+         {"PET_RDZV_CONF", "join_timeout=5"},
+         {"DDPRUN_ALL_DEVICES", "0"},
+         {"DDPRUN_CPU_BINDING", "1"}});
+    EXPECT_TRUE(c.fan_out.given());
+    EXPECT_EQ(c.fan_out.hosts, "a,b:2");
+    EXPECT_EQ(c.fan_out.ssh_command, "ssh -p 2");
+    EXPECT_EQ(c.fan_out.env, (Args{"A=1", "B"}));
+    EXPECT_FALSE(c.fan_out.nnodes_given || c.fan_out.master_addr_given ||
+                 c.fan_out.rdzv_endpoint_given || c.fan_out.rdzv_id_given);
+    // Resolved here, flags or variables alike; the per-host ones and the launcher's own left out.
+    EXPECT_EQ(c.fan_out.agent_options,
+              (Args{"--cpu-binding", "--hang-timeout=60", "--master_port=1234", "--max_restarts=1",
+                    "--rdzv_conf=join_timeout=5", "--tee=3"}));
+    EXPECT_EQ(c.program, "./t");
+    EXPECT_EQ(c.args, Args{"x"});
+
+    LaunchConfig given =
+        parse_ok({"--hostfile=h", "--nnodes=2", "--master_addr=10.0.0.1", "--rdzv_backend=etcd",
+                  "--rdzv_endpoint=e1:2379,e2:2379", "--rdzv_id=job7", "-m", "pkg.train"});
+    EXPECT_TRUE(given.fan_out.nnodes_given && given.fan_out.master_addr_given &&
+                given.fan_out.rdzv_endpoint_given && given.fan_out.rdzv_id_given);
+    EXPECT_EQ(given.fan_out.agent_options,
+              (Args{"--module", "--rdzv_backend=etcd", "--rdzv_endpoint=e1:2379,e2:2379"}));
+    // The agents' own flags.
+    EXPECT_TRUE(parse_ok({"--lifeline", "./t"}).lifeline);
+    EXPECT_TRUE(parse_ok({"--preflight", "./t"}).preflight);
+}
+
+TEST(CliFanOut, ConflictsAreOneLine) {
+    expect_rejected({
+        {{"--hosts=a,b", "--node_rank=1", "./t"},
+         {},
+         {"--node_rank=1", "conflicts with --hosts=a,b"}},
+        {{"--hosts=a,b", "./t"}, {{"PET_NODE_RANK", "0"}}, {"PET_NODE_RANK=0", "conflicts"}},
+        {{"--hosts=a,b", "./t"}, slurm_env(), {"SLURM_NODEID=1", "conflicts with --hosts=a,b"}},
+        {{"--hostfile=f", "--standalone", "./t"}, {}, {"--standalone", "--hostfile=f"}},
+        {{"--hosts=a", "--hostfile=f", "./t"}, {}, {"--hostfile=f", "one way"}},
+        {{"--hosts=a", "--nnodes=1:2", "./t"}, {}, {"--nnodes=1:2", "elastic"}},
+        {{"--hosts=a", "--lifeline", "./t"}, {}, {"--lifeline", "launcher gives its agents"}},
+        {{"--hosts=a", "--preflight", "./t"}, {}, {"--preflight"}},
+        {{"--include=a", "./t"}, {}, {"--include=a", "--hosts or --hostfile"}},
+        {{"--ssh-command=ssh", "./t"}, {}, {"--ssh-command=ssh", "--hosts or --hostfile"}},
+        {{"--env", "A=1", "./t"}, {}, {"--env", "--hosts or --hostfile"}},
+        {{"--hosts=a", "--env", "1A=x", "./t"}, {}, {"--env=1A=x", "not a variable name"}},
+        {{"--hosts=a", "--env", "=x", "./t"}, {}, {"not a variable name"}},
+        {{"--hosts=", "./t"}, {}, {"--hosts=", "must not be empty"}},
+    });
+}
+
 }  // namespace
 }  // namespace ddprun

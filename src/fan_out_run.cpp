@@ -1,0 +1,570 @@
+// The I/O of `ddprun --hosts` (fan_out.hpp): reads the host list and the
+// .ddprunenv files, runs every host's preflight and then its agent, all at
+// once, and passes their output, the user's signals and the job's exit code
+// through. One thread, one asio loop: the hosts' pipes, the signals (a
+// signalfd) and the timers are its events.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "ddprun/exit_codes.hpp"
+#include "ddprun/fan_out.hpp"
+#include "ddprun/fd.hpp"
+#include "ddprun/line_splitter.hpp"
+#include "ddprun/logging.hpp"
+#include "ddprun/process_tree.hpp"
+#include "ddprun/program.hpp"
+#include "ddprun/signal_reader.hpp"
+#include "ddprun/signals.hpp"
+
+namespace ddprun {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+// A preflight that has not answered by then is reported as unreachable: ssh's
+// own connect timeout, plus what a loaded host may take to start ddprun.
+constexpr std::chrono::seconds k_preflight_bound{k_ssh_connect_timeout_s + 20};
+// What a preflight may print that the launcher keeps (its answer is one line).
+constexpr std::size_t k_kept_output = 64 * 1024;
+// A line cut by a pipe read is completed by the next read; one that stays
+// incomplete this long (a prompt, a progress bar) is shown as it is.
+constexpr std::chrono::milliseconds k_partial_flush{100};
+
+// The launcher's failures before anything starts: one line, exit 2.
+struct PlanError {
+    int code = exit_code::kUsage;
+    std::string message;
+};
+
+std::string read_file(const std::string& path, std::string& error) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) {
+        error = std::strerror(errno);
+        return "";
+    }
+    std::ostringstream text;
+    text << file.rdbuf();
+    return text.str();
+}
+
+std::string nproc_value(const NprocSpec& spec) {
+    switch (spec.kind) {
+        case NprocKind::Gpu:
+            return "gpu";
+        case NprocKind::Cpu:
+            return "cpu";
+        case NprocKind::Auto:
+            return "auto";
+        case NprocKind::Count:
+            break;
+    }
+    return std::to_string(spec.count);
+}
+
+std::string fresh_run_id() {
+    std::random_device random;
+    return fmt::format("hosts-{:08x}{:04x}", random(), random() & 0xffff);
+}
+
+// A port for node 0's store, below Linux's ephemeral range (32768 and up) so that
+// no outgoing connection holds it; node 0's preflight checks it is free.
+int random_store_port() {
+    std::random_device random;
+    return 20000 + static_cast<int>(random() % 12000);
+}
+
+std::expected<std::vector<PlannedHost>, PlanError> plan_hosts(const LaunchConfig& config) {
+    const FanOutSettings& fan = config.fan_out;
+    std::expected<std::vector<PlannedHost>, std::string> hosts;
+    if (!fan.hostfile.empty()) {
+        std::string error;
+        std::string text = read_file(fan.hostfile, error);
+        if (!error.empty())
+            return std::unexpected(
+                PlanError{exit_code::kUsage,
+                          fmt::format("--hostfile {}: cannot read it ({})", fan.hostfile, error)});
+        hosts = parse_hostfile(text);
+        if (!hosts)
+            return std::unexpected(
+                PlanError{exit_code::kUsage, fmt::format("{}: {}", fan.hostfile, hosts.error())});
+    } else {
+        hosts = parse_hosts_flag(fan.hosts);
+        if (!hosts) return std::unexpected(PlanError{exit_code::kUsage, hosts.error()});
+    }
+    // Excluding single slots needs each host's count: a numeric --nproc_per_node gives it.
+    if (config.nproc_per_node.kind == NprocKind::Count)
+        for (PlannedHost& host : *hosts)
+            if (!host.slots) host.slots = config.nproc_per_node.count;
+    auto selected = select_hosts(std::move(*hosts), fan.include, fan.exclude);
+    if (!selected) return std::unexpected(PlanError{exit_code::kUsage, selected.error()});
+    if (fan.nnodes_given && config.nnodes != static_cast<int>(selected->size()))
+        return std::unexpected(PlanError{
+            exit_code::kUsage,
+            fmt::format("--nnodes={}: the job has {} host{} (drop --nnodes: the host list sets it)",
+                        config.nnodes, selected->size(), selected->size() == 1 ? "" : "s")});
+    return std::move(*selected);
+}
+
+std::expected<FanOutPlan, PlanError> make_plan(const LaunchConfig& config, const Environment& env) {
+    const FanOutSettings& fan = config.fan_out;
+    FanOutPlan plan;
+    auto hosts = plan_hosts(config);
+    if (!hosts) return std::unexpected(hosts.error());
+    plan.hosts = std::move(*hosts);
+    for (const PlannedHost& host : plan.hosts)
+        plan.nproc.push_back(host.devices.empty() && !host.slots
+                                 ? nproc_value(config.nproc_per_node)
+                                 : std::to_string(workers_on(host, 1)));
+
+    const std::string ssh = fan.ssh_command.empty() ? "ssh" : fan.ssh_command;
+    auto words = split_words(ssh);
+    if (!words)
+        return std::unexpected(PlanError{
+            exit_code::kUsage, fmt::format("--ssh-command '{}': {}", ssh, words.error())});
+    plan.launcher = std::move(*words);
+    auto path = env.find("PATH");
+    if (auto found = resolve_executable(plan.launcher[0],
+                                        path == env.end() ? "/usr/bin:/bin" : path->second);
+        !found)
+        return std::unexpected(PlanError{
+            exit_code::kUsage, fmt::format("--ssh-command '{}': {} (install the OpenSSH client: "
+                                           "apt-get install openssh-client)",
+                                           ssh, found.error().message)});
+
+    std::error_code ec;
+    plan.remote_ddprun = fan.remote_ddprun;
+    // By default the same path as this one: a shared file system, or the same package
+    // installed everywhere.
+    if (plan.remote_ddprun.empty())
+        plan.remote_ddprun = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (plan.remote_ddprun.empty())
+        return std::unexpected(PlanError{
+            exit_code::kUsage,
+            fmt::format("cannot tell where this ddprun is ({}): give --remote-ddprun PATH",
+                        ec.message())});
+    plan.cwd = std::filesystem::current_path(ec).string();
+    if (ec)
+        return std::unexpected(
+            PlanError{exit_code::kInternal,
+                      fmt::format("cannot read the current directory: {}", ec.message())});
+
+    // .ddprunenv: the home directory's, then the current directory's (it wins).
+    std::vector<Variables> files;
+    std::vector<std::string> paths;
+    if (auto home = env.find("HOME"); home != env.end() && !home->second.empty())
+        paths.push_back(home->second + "/.ddprunenv");
+    paths.push_back(plan.cwd + "/.ddprunenv");
+    if (paths.size() == 2 && std::filesystem::equivalent(paths[0], paths[1], ec)) paths.pop_back();
+    for (const std::string& file : paths) {
+        if (!std::filesystem::exists(file, ec)) continue;
+        std::string error;
+        std::string text = read_file(file, error);
+        if (!error.empty())
+            return std::unexpected(
+                PlanError{exit_code::kUsage, fmt::format("{}: cannot read it ({})", file, error)});
+        auto variables = parse_env_file(text, file);
+        if (!variables) return std::unexpected(PlanError{exit_code::kUsage, variables.error()});
+        files.push_back(std::move(*variables));
+    }
+    auto variables = remote_environment(env, files, fan.env);
+    if (!variables) return std::unexpected(PlanError{exit_code::kUsage, variables.error()});
+    plan.env = std::move(*variables);
+
+    plan.flags = fan.agent_options;
+    plan.program.push_back(config.program);
+    plan.program.insert(plan.program.end(), config.args.begin(), config.args.end());
+    plan.master_addr = fan.master_addr_given ? config.master_addr : plan.hosts[0].name;
+    plan.endpoint = fan.rdzv_endpoint_given
+                        ? config.rdzv_endpoint
+                        : fmt::format("{}:{}", plan.master_addr, random_store_port());
+    plan.run_id = fan.rdzv_id_given ? config.rdzv_id : fresh_run_id();
+    plan.verbosity = config.verbosity;
+    return plan;
+}
+
+std::string command_text(const std::vector<std::string>& argv) {
+    std::string text;
+    for (const std::string& word : argv) text += (text.empty() ? "" : " ") + shell_quote(word);
+    return text;
+}
+
+std::string dry_run_text(const FanOutPlan& plan) {
+    std::string text = fmt::format("ddprun --hosts: {} host{}, run id {}, store at {}, master {}\n",
+                                   plan.hosts.size(), plan.hosts.size() == 1 ? "" : "s",
+                                   plan.run_id, plan.endpoint, plan.master_addr);
+    for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
+        text += fmt::format("node {} on {}: --nproc_per_node={}\n  {}\n", i, plan.hosts[i].name,
+                            plan.nproc[i], command_text(host_argv(plan, i, RemoteMode::Run)));
+    }
+    text +=
+        "Before they start, each host runs the same command with --preflight in place of "
+        "--lifeline.\n";
+    return text;
+}
+
+// Writes all of `data` to `fd`; a closed console (EPIPE) is dropped quietly.
+void write_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        data.remove_prefix(static_cast<std::size_t>(n));
+    }
+}
+
+std::expected<pid_t, Error> spawn_host(const std::vector<std::string>& argv, int in, int out,
+                                       int err) {
+    std::vector<char*> args;
+    for (const std::string& word : argv) args.push_back(const_cast<char*>(word.c_str()));
+    args.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) return std::unexpected(system_error("fork"));
+    if (pid > 0) return pid;
+    // Its own process group: a terminal's Ctrl-C reaches the launcher only, which passes it
+    // to every host over the lifeline (an ssh killed by it would drop its host's output).
+    // PR_SET_PDEATHSIG: a SIGKILLed launcher takes its ssh clients along, which closes every
+    // agent's lifeline.
+    if (::setpgid(0, 0) != 0 || ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        ::_exit(exit_code::kInternal);
+    if (::getppid() != parent) ::_exit(exit_code::kSignalBase + SIGKILL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    if (::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0)
+        ::_exit(exit_code::kInternal);
+    ::execvp(args[0], args.data());
+    const int error = errno;
+    std::string message = fmt::format("ddprun: cannot run {}: {}\n", argv[0], std::strerror(error));
+    write_all(2, message);
+    ::_exit(error == ENOENT ? exit_code::kNotFound : exit_code::kNotExecutable);
+}
+
+// Every host's process (ssh, or the {host} template) of one phase, and the
+// loop that serves them.
+class Fleet {
+  public:
+    Fleet(const FanOutPlan& plan, RemoteMode mode, const LaunchConfig& config)
+        : m_plan(plan), m_mode(mode), m_config(config), m_flush(m_io) {}
+
+    struct Host {
+        pid_t pid = -1;
+        UniqueFd lifeline;  // Run: our end of the agent's standard input
+        std::array<std::unique_ptr<asio::posix::stream_descriptor>, 2> streams;  // out, err
+        std::array<LineSplitter, 2> lines;
+        std::array<std::string, 2> kept;  // Preflight: what it printed
+        std::array<std::array<char, 8192>, 2> buffers{};
+        int open_streams = 0;
+        std::optional<int> status;
+        bool killed = false;  // by the launcher (deadline, third signal)
+    };
+
+    // Starts every host's process; the first that cannot start stops the others.
+    Status start() {
+        UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        if (!dev_null) return std::unexpected(system_error("open /dev/null"));
+        m_hosts.resize(m_plan.hosts.size());
+        for (std::size_t i = 0; i < m_hosts.size(); ++i) {
+            Host& host = m_hosts[i];
+            int in[2] = {-1, -1}, out[2], err[2];
+            if (m_mode == RemoteMode::Run && ::pipe2(in, O_CLOEXEC) != 0)
+                return fail_start(system_error("pipe2"));
+            UniqueFd in_read(in[0]);
+            host.lifeline.reset(in[1]);
+            if (::pipe2(out, O_CLOEXEC) != 0) return fail_start(system_error("pipe2"));
+            UniqueFd out_read(out[0]), out_write(out[1]);
+            if (::pipe2(err, O_CLOEXEC) != 0) return fail_start(system_error("pipe2"));
+            UniqueFd err_read(err[0]), err_write(err[1]);
+            auto pid = spawn_host(host_argv(m_plan, i, m_mode),
+                                  m_mode == RemoteMode::Run ? in_read.get() : dev_null.get(),
+                                  out_write.get(), err_write.get());
+            if (!pid) return fail_start(pid.error());
+            host.pid = *pid;
+            if (host.lifeline) ::fcntl(host.lifeline.get(), F_SETFL, O_NONBLOCK);
+            host.streams[0] =
+                std::make_unique<asio::posix::stream_descriptor>(m_io, out_read.release());
+            host.streams[1] =
+                std::make_unique<asio::posix::stream_descriptor>(m_io, err_read.release());
+            host.open_streams = 2;
+            read(i, 0);
+            read(i, 1);
+        }
+        return {};
+    }
+
+    // Serves every host until each process has exited and its output is read,
+    // or (Preflight) `deadline`. Returns the signal that ended it early, or 0.
+    int serve(std::optional<Clock::time_point> deadline) {
+        std::vector<int> signals = m_config.stop_signals;
+        signals.insert(signals.end(), m_config.forward_signals.begin(),
+                       m_config.forward_signals.end());
+        signals.push_back(SIGCHLD);
+        SignalReader reader(m_io, signals,
+                            [this](const ReceivedSignal& s) { on_signal(s.number); });
+        asio::steady_timer bound(m_io);
+        if (deadline) {
+            bound.expires_at(*deadline);
+            bound.async_wait([this](boost::system::error_code ec) {
+                if (!ec) kill_all();
+            });
+        }
+        // SIGCHLD may have come before the reader existed.
+        reap();
+        while (!done() && m_ended_by == 0) m_io.run_one();
+        if (m_ended_by != 0) {
+            kill_all();
+            while (!done()) m_io.run_one();
+        }
+        return m_ended_by;
+    }
+
+    const std::vector<Host>& hosts() const { return m_hosts; }
+
+  private:
+    Status fail_start(Error error) {
+        kill_all();
+        while (!done()) m_io.run_one();
+        return std::unexpected(std::move(error));
+    }
+
+    bool done() {
+        return std::all_of(m_hosts.begin(), m_hosts.end(), [](const Host& h) {
+            return (h.pid < 0 || h.status) && h.open_streams == 0;
+        });
+    }
+
+    void read(std::size_t index, int stream) {
+        Host& host = m_hosts[index];
+        host.streams[stream]->async_read_some(
+            asio::buffer(host.buffers[stream]),
+            [this, index, stream](boost::system::error_code ec, std::size_t n) {
+                Host& h = m_hosts[index];
+                if (n > 0) take(h, stream, std::string_view(h.buffers[stream].data(), n));
+                if (ec) {
+                    h.streams[stream]->close();
+                    --h.open_streams;
+                    finish(h, stream);
+                    return;
+                }
+                read(index, stream);
+            });
+    }
+
+    void take(Host& host, int stream, std::string_view chunk) {
+        if (m_mode == RemoteMode::Preflight) {
+            std::string& kept = host.kept[stream];
+            kept.append(chunk.substr(0, k_kept_output - std::min(k_kept_output, kept.size())));
+            return;
+        }
+        m_out.clear();
+        host.lines[stream].feed_prefixed(chunk, "", m_out);
+        write_all(stream + 1, std::string_view(m_out.data(), m_out.size()));
+        if (host.lines[stream].has_partial()) schedule_flush();
+    }
+
+    void finish(Host& host, int stream) {
+        if (m_mode == RemoteMode::Preflight) return;
+        host.lines[stream].finish([stream](const LineSplitter::Segment& segment) {
+            write_all(stream + 1, segment.text);
+            if (!segment.complete) write_all(stream + 1, "\n");
+        });
+    }
+
+    void schedule_flush() {
+        if (m_flush_pending) return;
+        m_flush_pending = true;
+        m_flush.expires_after(k_partial_flush);
+        m_flush.async_wait([this](boost::system::error_code ec) {
+            m_flush_pending = false;
+            if (ec) return;
+            for (Host& host : m_hosts)
+                for (int stream = 0; stream < 2; ++stream)
+                    host.lines[stream].flush_partial([stream](const LineSplitter::Segment& s) {
+                        write_all(stream + 1, s.text);
+                    });
+        });
+    }
+
+    void reap() {
+        reap_exited([this](pid_t pid, int status) {
+            for (std::size_t i = 0; i < m_hosts.size(); ++i) {
+                Host& host = m_hosts[i];
+                if (host.pid != pid) continue;
+                host.status = WIFEXITED(status) ? WEXITSTATUS(status)
+                                                : exit_code::kSignalBase + WTERMSIG(status);
+                host.lifeline.reset();
+                if (m_mode == RemoteMode::Run && *host.status == 255 && m_ended_by == 0)
+                    spdlog::error(
+                        "host {} (node {}): its ssh connection ended (exit 255); its agent "
+                        "stops its workers when its link closes, and the other nodes follow",
+                        m_plan.hosts[i].name, i);
+            }
+        });
+    }
+
+    void on_signal(int signal) {
+        if (signal == SIGCHLD) return reap();
+        const auto& stops = m_config.stop_signals;
+        const bool stop = std::find(stops.begin(), stops.end(), signal) != stops.end();
+        if (m_mode == RemoteMode::Preflight) {
+            if (stop) m_ended_by = signal;
+            return;
+        }
+        if (!stop) {
+            relay(signal);
+            return;
+        }
+        ++m_stops;
+        if (m_stops == 1) {
+            spdlog::info(
+                "received {}; stopping the job on every host ({} again kills every "
+                "worker at once)",
+                signal_name(signal), signal_name(signal));
+            relay(signal);
+        } else if (m_stops == 2) {
+            spdlog::warn("received {} again; killing every worker", signal_name(signal));
+            relay(signal);
+        } else {
+            spdlog::error("received {} a third time; dropping every host's link",
+                          signal_name(signal));
+            m_ended_by = signal;
+        }
+    }
+
+    // Passes `signal` to every agent still linked, as a line on its lifeline.
+    void relay(int signal) {
+        const std::string line = fmt::format("signal {}\n", signal);
+        for (Host& host : m_hosts)
+            if (host.lifeline) write_all(host.lifeline.get(), line);
+    }
+
+    void kill_all() {
+        for (Host& host : m_hosts) {
+            if (host.pid < 0 || host.status) continue;
+            host.killed = true;
+            ::kill(-host.pid, SIGKILL);
+        }
+    }
+
+    const FanOutPlan& m_plan;
+    RemoteMode m_mode;
+    const LaunchConfig& m_config;
+    asio::io_context m_io;
+    std::vector<Host> m_hosts;
+    OutputBuffer m_out;
+    asio::steady_timer m_flush;
+    bool m_flush_pending = false;
+    int m_stops = 0;
+    int m_ended_by = 0;
+};
+
+// Enough open files for three pipes a host: the soft limit is raised to the hard one.
+Status ensure_fd_limit(std::size_t hosts) {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return std::unexpected(system_error("getrlimit"));
+    const rlim_t needed = 3 * hosts + 64;
+    if (limit.rlim_cur >= needed) return {};
+    if (limit.rlim_max < needed)
+        return std::unexpected(usage_error(
+            fmt::format("{} hosts need {} open files, and the limit is {} (raise it: ulimit -n {})",
+                        hosts, needed, limit.rlim_max, needed)));
+    limit.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return std::unexpected(system_error("setrlimit"));
+    return {};
+}
+
+// Every host's preflight, at once. Returns the exit code when one host cannot
+// run the job (each such host named on a line of its own).
+std::optional<int> preflight(const FanOutPlan& plan, const LaunchConfig& config) {
+    Fleet fleet(plan, RemoteMode::Preflight, config);
+    if (auto started = fleet.start(); !started) {
+        spdlog::error("{}", started.error().message);
+        return exit_code::kInternal;
+    }
+    const auto begun = Clock::now();
+    if (int signal = fleet.serve(begun + k_preflight_bound)) {
+        spdlog::info("received {} during the preflight; nothing was started", signal_name(signal));
+        return exit_code::kSignalBase + signal;
+    }
+    std::optional<int> code;
+    int failed = 0;
+    for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
+        const auto& host = fleet.hosts()[i];
+        std::optional<PreflightProblem> problem;
+        if (host.killed)
+            problem =
+                PreflightProblem{exit_code::kRendezvous,
+                                 fmt::format("no answer within {} s", k_preflight_bound.count())};
+        else
+            problem = check_preflight(host.status.value_or(255), host.kept[0], host.kept[1],
+                                      DDPRUN_VERSION, plan);
+        if (!problem) continue;
+        ++failed;
+        if (!code) code = problem->code;
+        spdlog::error("host {} (node {}): {}", plan.hosts[i].name, i, problem->reason);
+    }
+    if (failed > 0)
+        spdlog::error("{} of {} host{} cannot run the job; nothing was started", failed,
+                      plan.hosts.size(), plan.hosts.size() == 1 ? "" : "s");
+    else
+        spdlog::debug(
+            "preflight of {} hosts: {} ms", plan.hosts.size(),
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begun).count());
+    return code;
+}
+
+}  // namespace
+
+int run_fan_out(const LaunchConfig& config, const Environment& env) {
+    auto plan = make_plan(config, env);
+    if (!plan) {
+        spdlog::error("{}", plan.error().message);
+        return plan.error().code;
+    }
+    if (config.dry_run) {
+        std::fputs(dry_run_text(*plan).c_str(), stdout);
+        return exit_code::kSuccess;
+    }
+    if (auto limit = ensure_fd_limit(plan->hosts.size()); !limit) {
+        spdlog::error("{}", limit.error().message);
+        return limit.error().exit_code;
+    }
+    ::signal(SIGPIPE, SIG_IGN);  // a host's lifeline may be closed when a signal is relayed
+    if (auto failed = preflight(*plan, config)) return *failed;
+    spdlog::info("starting {} agent{} (run id {}, store at {})", plan->hosts.size(),
+                 plan->hosts.size() == 1 ? "" : "s", plan->run_id, plan->endpoint);
+    Fleet fleet(*plan, RemoteMode::Run, config);
+    if (auto started = fleet.start(); !started) {
+        spdlog::error("{}", started.error().message);
+        return exit_code::kInternal;
+    }
+    if (int signal = fleet.serve(std::nullopt)) return exit_code::kSignalBase + signal;
+    std::vector<int> statuses;
+    for (const auto& host : fleet.hosts()) statuses.push_back(host.status.value_or(255));
+    return fan_out_exit_code(statuses);
+}
+
+}  // namespace ddprun
