@@ -64,6 +64,7 @@ SECTIONS = [
     ("i", "rdzv-sim"),
     ("j", "elastic"),
     ("k", "hangs"),
+    ("l", "hosts"),
 ]
 
 
@@ -141,6 +142,10 @@ def parse_args():
     parser.add_argument("--elastic-reps", type=int, default=3, help="runs per row of (j) (default 3)")
     parser.add_argument("--hang-reps", type=int, default=5, help="runs per timeout of (k) (default 5)")
     parser.add_argument("--fake-worker", help="the worker of (k) (default: tests/fake_worker beside ddprun)")
+    parser.add_argument(
+        "--hosts-counts", type=count_list, default=[1, 10, 100, 1000], help="host counts of (l) (default 1,10,100,1000)"
+    )
+    parser.add_argument("--hosts-reps", type=int, default=3, help="runs per row of (l) (default 3)")
     parser.add_argument(
         "--rendezvous-scale", help="the program of (i) (default: bench/rendezvous_scale beside ddprun)"
     )
@@ -2405,6 +2410,118 @@ def bench_hangs(args, scratch):
     )
 
 
+HOSTS_DELAY_S = 0.2  # (l): every stand-in host's latency, but
+HOSTS_SLOWEST_S = 1.0  # the slowest one's
+HOSTS_SSH = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+
+
+def bench_hosts(args, scratch):
+    """(l): --hosts: the preflight's fan-out to N hosts against the slowest
+    host's own time (a stand-in ssh that plays each host), then a 3-host job
+    over a real sshd on loopback against the same agents started by hand."""
+    stand_in = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_in_ssh.sh")
+    version = subprocess.run([args.ddprun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+    env = dict(
+        os.environ,
+        STAND_IN_VERSION=version,
+        STAND_IN_DELAY_S=str(HOSTS_DELAY_S),
+        STAND_IN_SLOWEST_S=str(HOSTS_SLOWEST_S),
+    )
+    rows = []
+    for count in args.hosts_counts:
+        hosts = ",".join([f"h{i}" for i in range(count - 1)] + ["slowest"])
+        argv = [args.ddprun, "-v", f"--hosts={hosts}", f"--ssh-command={stand_in} {{host}}", "true"]
+        samples = []
+        for _ in range(args.hosts_reps):
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+            found = re.search(r"preflight of \d+ hosts: (\d+) ms", proc.stderr)
+            if proc.returncode != 0 or not found:
+                tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+                raise BenchError(f"ddprun --hosts ({count} stand-in hosts) exited {proc.returncode}: {tail}")
+            samples.append(int(found.group(1)) / 1e3)
+        median, low, high = median_cells(samples, scale=1, digits=2)
+        overhead = statistics.median(samples) - HOSTS_SLOWEST_S
+        rows.append([str(count), str(len(samples)), f"{median} ({low}-{high})", f"{HOSTS_SLOWEST_S:.2f}", f"{overhead:+.2f}"])
+    print_table(
+        f"(l) --hosts preflight fan-out: N hosts through a stand-in ssh (bench/stand_in_ssh.sh: each host "
+        f"answers after {HOSTS_DELAY_S} s, the slowest after {HOSTS_SLOWEST_S} s), s from the first ssh "
+        "started to every answer read (ddprun -v), median (min-max)",
+        ["hosts", "runs", "preflight s", "slowest host s", "over the slowest s"],
+        rows,
+    )
+
+    helper = os.path.join(os.path.dirname(args.ddprun), "bench", "sshd_for_bench")
+    fake_worker = args.fake_worker or os.path.join(os.path.dirname(args.ddprun), "tests", "fake_worker")
+    if not os.access(helper, os.X_OK) or not os.access(fake_worker, os.X_OK):
+        print(f"\n(l) over ssh: skipped: no {helper} or {fake_worker} (build the sshd_for_bench and fake_worker targets)")
+        return
+    server = subprocess.Popen([helper], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        ssh = server.stdout.readline().strip()
+        if not ssh or ssh.startswith("error:"):
+            print(f"\n(l) over ssh: skipped: the test sshd cannot start: {ssh or 'no answer'}")
+            return
+        bench_hosts_ssh(args, scratch, ssh, fake_worker)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+
+
+def bench_hosts_ssh(args, scratch, ssh, fake_worker):
+    """(l), second table: one 3-host job of `fake_worker ready`, three ways."""
+    hosts = ",".join(HOSTS_SSH)
+    samples = {kind: ([], []) for kind in ("local", "ssh", "hosts")}
+    for rep in range(args.hosts_reps):
+        for kind in samples:  # interleaved, so drift hits every row alike
+            directory = os.path.join(scratch, f"hosts-{kind}-{rep}")
+            os.makedirs(directory)
+            worker = [fake_worker, "ready", os.path.join(directory, "ready.{rank}")]
+            launcher = [args.ddprun, f"--hosts={hosts}", f"--ssh-command={ssh}", *worker]
+            if kind == "hosts":
+                argvs = [launcher]
+            else:
+                # The agents --hosts starts, from its dry run, less --lifeline (nobody holds
+                # their standard input): by hand over ssh, or by hand on this machine.
+                dry = subprocess.run(
+                    [launcher[0], "--dry-run", *launcher[1:]], capture_output=True, text=True, check=True
+                ).stdout
+                commands = [line.strip().replace(" --lifeline ", " ") for line in dry.splitlines() if line.startswith("  ")]
+                if kind == "ssh":
+                    argvs = [["sh", "-c", command] for command in commands]
+                else:
+                    argvs = [["sh", "-c", shlex.split(command)[-1]] for command in commands]
+            started = time.time()
+            exits, tails = run_together(argvs)
+            require_success(argvs, exits, tails)
+            ended = time.time()
+            stamps = [os.stat(os.path.join(directory, f"ready.{rank}")).st_mtime_ns / 1e9 for rank in range(3)]
+            samples[kind][0].append(max(stamps) - started)
+            samples[kind][1].append(ended - started)
+    names = {
+        "local": "3 agents by hand, this machine",
+        "ssh": "3 agents by hand over ssh",
+        "hosts": "ddprun --hosts (preflight, then ssh)",
+    }
+    rows = []
+    for kind, (running, done) in samples.items():
+        running_cells = median_cells(running, scale=1, digits=3)
+        done_cells = median_cells(done, scale=1, digits=3)
+        rows.append(
+            [
+                names[kind],
+                str(len(running)),
+                f"{running_cells[0]} ({running_cells[1]}-{running_cells[2]})",
+                f"{done_cells[0]} ({done_cells[1]}-{done_cells[2]})",
+            ]
+        )
+    print_table(
+        f"(l) a 3-host job over a real sshd on loopback ({', '.join(HOSTS_SSH)}), 1 worker each "
+        "(fake_worker ready): s from the start to every worker running and to the job's end, median (min-max)",
+        ["how", "runs", "all workers running s", "job done s"],
+        rows,
+    )
+
+
 def torch_version():
     probe = subprocess.run(
         ["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
@@ -2441,6 +2558,8 @@ def main():
         bench_multinode(args, use_torchrun, scratch)
         if "hangs" in args.only:
             bench_hangs(args, scratch)
+        if "hosts" in args.only:
+            bench_hosts(args, scratch)
     print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
 
 

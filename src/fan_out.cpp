@@ -130,7 +130,8 @@ std::string remote_command(const FanOutPlan& plan, std::size_t index, RemoteMode
         fmt::format("--nnodes={}", plan.hosts.size()),
         fmt::format("--node_rank={}", index),
         "--nproc_per_node=" + plan.nproc.at(index),
-        "--local_addr=" + host.name,
+        // Node 0's address as the others reach it is the master's: MASTER_ADDR.
+        "--local_addr=" + (index == 0 ? plan.master_addr : host.name),
         "--master_addr=" + plan.master_addr,
         "--rdzv_endpoint=" + plan.endpoint,
         "--rdzv_id=" + plan.run_id,

@@ -279,7 +279,8 @@ class Fleet {
         std::array<std::array<char, 8192>, 2> buffers{};
         int open_streams = 0;
         std::optional<int> status;
-        bool killed = false;  // by the launcher (deadline, third signal)
+        bool killed = false;     // by the launcher (deadline, third signal)
+        bool link_lost = false;  // ssh failed (255) or was killed: no exit code of the agent
     };
 
     // Starts every host's process; the first that cannot start stops the others.
@@ -416,11 +417,17 @@ class Fleet {
                 host.status = WIFEXITED(status) ? WEXITSTATUS(status)
                                                 : exit_code::kSignalBase + WTERMSIG(status);
                 host.lifeline.reset();
-                if (m_mode == RemoteMode::Run && *host.status == 255 && m_ended_by == 0)
+                // 255: ssh itself failed (the connection dropped); a signal: someone killed it.
+                host.link_lost = WIFSIGNALED(status) || *host.status == 255;
+                if (m_mode == RemoteMode::Run && host.link_lost && !host.killed)
                     spdlog::error(
-                        "host {} (node {}): its ssh connection ended (exit 255); its agent "
-                        "stops its workers when its link closes, and the other nodes follow",
-                        m_plan.hosts[i].name, i);
+                        "host {} (node {}): its link ended ({}); its agent stops its workers when "
+                        "it sees that, and the other nodes follow",
+                        m_plan.hosts[i].name, i,
+                        WIFSIGNALED(status)
+                            ? fmt::format("{} died of {}", m_plan.launcher[0],
+                                          signal_name(WTERMSIG(status)))
+                            : fmt::format("{} exited 255: connection lost", m_plan.launcher[0]));
             }
         });
     }
@@ -500,11 +507,11 @@ Status ensure_fd_limit(std::size_t hosts) {
 // run the job (each such host named on a line of its own).
 std::optional<int> preflight(const FanOutPlan& plan, const LaunchConfig& config) {
     Fleet fleet(plan, RemoteMode::Preflight, config);
+    const auto begun = Clock::now();
     if (auto started = fleet.start(); !started) {
         spdlog::error("{}", started.error().message);
         return exit_code::kInternal;
     }
-    const auto begun = Clock::now();
     if (int signal = fleet.serve(begun + k_preflight_bound)) {
         spdlog::info("received {} during the preflight; nothing was started", signal_name(signal));
         return exit_code::kSignalBase + signal;
@@ -563,7 +570,8 @@ int run_fan_out(const LaunchConfig& config, const Environment& env) {
     }
     if (int signal = fleet.serve(std::nullopt)) return exit_code::kSignalBase + signal;
     std::vector<int> statuses;
-    for (const auto& host : fleet.hosts()) statuses.push_back(host.status.value_or(255));
+    for (const auto& host : fleet.hosts())
+        statuses.push_back(host.link_lost ? 255 : host.status.value_or(255));
     return fan_out_exit_code(statuses);
 }
 

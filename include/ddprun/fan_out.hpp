@@ -76,6 +76,7 @@ enum class RemoteMode { Preflight, Run };
 //   cd -- DIR && exec env NAME=VALUE... DDPRUN --lifeline --nnodes=N
 //   --node_rank=I --nproc_per_node=P --local_addr=HOST --master_addr=M
 //   --rdzv_endpoint=E --rdzv_id=ID FLAGS... PROGRAM ARGS...
+// Node 0's --local_addr is M (the agents take MASTER_ADDR from node 0's address).
 // A host narrowed by --include/--exclude also gets CUDA_VISIBLE_DEVICES=its slots.
 std::string remote_command(const FanOutPlan& plan, std::size_t index, RemoteMode mode);
 
