@@ -59,7 +59,7 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
         // The kill may arrive before this node has read the stop it follows: kept for then.
         kill_requested = true;
         if (phase != Phase::Stopping) return;
-        spdlog::info("another node was told twice to stop; killing workers");
+        spdlog::info("another node killed its workers at once; killing workers");
         kill_now();
     };
     handlers.on_signal = [this](int signal) {
@@ -202,7 +202,7 @@ void Agent::Impl::on_round_stop(StopEvent event) {
 
 void Agent::Impl::begin_stop(int signal, bool workers_have_it) {
     if (kill_requested) {
-        spdlog::info("another node was told twice to stop; killing workers");
+        spdlog::info("another node killed its workers at once; killing workers");
         return kill_now();
     }
     phase = Phase::Stopping;
@@ -275,6 +275,8 @@ int Agent::run() {
         });
         // A closed stdout must give EPIPE on write, not kill the agent.
         if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw std::runtime_error("signal(SIGPIPE)");
+        // Read from the first phase on: a launcher may be gone before the nodes ever meet.
+        impl.watch_lifeline();
 
         if (auto failed = impl.open()) return *failed;
         const int code = impl.run_rounds();
