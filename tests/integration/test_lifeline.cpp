@@ -129,6 +129,18 @@ TEST_F(LifelineSingleNode, SigusrLineIsForwardedAndTheJobGoesOn) {
             << r.describe();
 }
 
+// The link is ddprun's alone: workers read /dev/null (end of file at once) while it is open.
+TEST_F(LifelineSingleNode, WorkersDoNotSeeTheLink) {
+    auto ddprun = start_linked(job({"--nproc_per_node=2"}, {"read-stdin", "print", "1"}));
+    auto r = ddprun->wait();
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    for (int rank : {0, 1})
+        EXPECT_EQ(lines_of(r.out, rank),
+                  (std::vector<std::string>{"stdin: eof after 0 bytes",
+                                            fmt::format("line 0 rank {}", rank)}))
+            << r.describe();
+}
+
 // Bad lines are warned about, one line each, and change nothing: the job goes on
 // until the signal that follows them ends it.
 TEST_F(LifelineSingleNode, BadLinesAreWarnedAboutAndIgnored) {
