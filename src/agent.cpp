@@ -313,8 +313,10 @@ int Agent::Impl::run_rounds() {
             case RoundResult::Kind::Aborted:
                 return result.exit_code;
             case RoundResult::Kind::Stopped:
-                spdlog::info("{} {}", left ? "left the job on" : "stopped by",
-                             signal_name(stop_signal));
+                // A kill (the supervisor or the --hosts launcher's link gone) said why already.
+                if (stop_signal != SIGKILL)
+                    spdlog::info("{} {}", left ? "left the job on" : "stopped by",
+                                 signal_name(stop_signal));
                 return result.exit_code;
             case RoundResult::Kind::Reformed:
                 continue;  // the membership changed: the next round, no restart used
