@@ -59,7 +59,7 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
         // The kill may arrive before this node has read the stop it follows: kept for then.
         kill_requested = true;
         if (phase != Phase::Stopping) return;
-        spdlog::info("another node was told twice to stop; killing workers");
+        spdlog::info("another node killed its workers at once; killing workers");
         kill_now();
     };
     handlers.on_signal = [this](int signal) {
@@ -202,7 +202,7 @@ void Agent::Impl::on_round_stop(StopEvent event) {
 
 void Agent::Impl::begin_stop(int signal, bool workers_have_it) {
     if (kill_requested) {
-        spdlog::info("another node was told twice to stop; killing workers");
+        spdlog::info("another node killed its workers at once; killing workers");
         return kill_now();
     }
     phase = Phase::Stopping;
@@ -275,6 +275,8 @@ int Agent::run() {
         });
         // A closed stdout must give EPIPE on write, not kill the agent.
         if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw std::runtime_error("signal(SIGPIPE)");
+        // Read from the first phase on: a launcher may be gone before the nodes ever meet.
+        impl.watch_lifeline();
 
         if (auto failed = impl.open()) return *failed;
         const int code = impl.run_rounds();
@@ -311,8 +313,10 @@ int Agent::Impl::run_rounds() {
             case RoundResult::Kind::Aborted:
                 return result.exit_code;
             case RoundResult::Kind::Stopped:
-                spdlog::info("{} {}", left ? "left the job on" : "stopped by",
-                             signal_name(stop_signal));
+                // A kill (the supervisor or the --hosts launcher's link gone) said why already.
+                if (stop_signal != SIGKILL)
+                    spdlog::info("{} {}", left ? "left the job on" : "stopped by",
+                                 signal_name(stop_signal));
                 return result.exit_code;
             case RoundResult::Kind::Reformed:
                 continue;  // the membership changed: the next round, no restart used

@@ -3,7 +3,9 @@
 // implement Agent, and by nothing else.
 #pragma once
 
+#include <array>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <expected>
@@ -16,6 +18,7 @@
 
 #include "ddprun/agent.hpp"
 #include "ddprun/hang_monitor.hpp"
+#include "ddprun/lifeline.hpp"
 #include "ddprun/ports.hpp"
 #include "ddprun/signal_reader.hpp"
 #include "ddprun/signals.hpp"
@@ -89,6 +92,10 @@ struct Agent::Impl {
     // `workers_have_it`: Slurm's step daemon signalled the agent directly, so it
     // signalled the workers too (see sent_by_step_daemon).
     void on_stop_signal(int signal, bool workers_have_it = false);
+    // Kills this node's workers now and makes every other node do the same (an elastic
+    // job's node leaves instead): the user, or whoever started ddprun, is gone.
+    // `cause` is this node's error line, `why` what the other nodes report.
+    void kill_everywhere(std::string_view cause, const std::string& why);
     void on_child_exit(pid_t pid, int status);
     void on_round_stop(StopEvent event);
     void begin_stop(int signal, bool workers_have_it = false);
@@ -96,6 +103,15 @@ struct Agent::Impl {
     void finish_round_if_done();
     void publish_failure(FailureRecord record);
     void publish_signal(int signal, std::string message);
+
+    // --lifeline (agent_lifeline.cpp): the --hosts launcher's link, on stdin, read from
+    // the start to the end: "signal N" lines act as signal N, its end kills everything.
+    std::optional<asio::posix::stream_descriptor> lifeline;
+    LifelineReader lifeline_reader;
+    std::array<char, 4096> lifeline_buffer{};
+    void watch_lifeline();
+    void read_lifeline();
+    void on_lifeline_message(const LifelineMessage& message);
 
     // Hangs (agent_hang.cpp). With --hang-timeout a timer looks at the workers'
     // beats; a hung rank is published as the round's failure, and a hang's stop,

@@ -1,7 +1,8 @@
 // How the agent answers the signals it gets, by phase (see agent.cpp): a stop
 // signal gives up a connection, aborts a join, stops the workers (a second one
 // kills them), or makes an elastic job's node leave; a forwarded-only signal
-// reaches the workers once; the supervisor's death kills everything.
+// reaches the workers once; the supervisor's death (and the end of a --lifeline,
+// agent_lifeline.cpp) kills everything.
 #include <signal.h>
 #include <unistd.h>
 
@@ -31,23 +32,10 @@ void Agent::Impl::on_signal(const ReceivedSignal& received) {
         return;
     }
     if (signal == parent_death_signal()) {
-        // The supervisor was SIGKILLed: the user wants everything gone, now, on every node
-        // (an elastic job's other nodes go on without this one).
-        spdlog::error("ddprun's supervisor was killed; killing {}",
-                      ctx.config.elastic() ? "this node's workers" : "every worker");
-        const std::string why =
-            fmt::format("the ddprun of node {} ({}) was killed (SIGKILL)", node_rank, ctx.host);
-        const Phase was = phase;
-        stop_signal = SIGKILL;
-        // In an elastic job this node leaves; the others go on.
-        if (was != Phase::Connecting && cluster->leave(SIGKILL)) {
-            left = true;
-        } else {
-            if (was == Phase::Joining) cluster->abort(why, exit_code::kSignalBase + SIGKILL);
-            if (was == Phase::Running || was == Phase::Stopping) publish_signal(SIGKILL, why);
-        }
-        kill_now();
-        return;
+        // The supervisor was SIGKILLed: the user wants everything gone, now, on every node.
+        return kill_everywhere(
+            "ddprun's supervisor was killed",
+            fmt::format("the ddprun of node {} ({}) was killed (SIGKILL)", node_rank, ctx.host));
     }
     const auto& stops = ctx.config.stop_signals;
     if (std::find(stops.begin(), stops.end(), signal) != stops.end())
@@ -59,6 +47,26 @@ void Agent::Impl::on_signal(const ReceivedSignal& received) {
     else if (received.relayed)
         hold_forward(signal);  // the supervisor's copy came first: forwarded unless ours follows
     if (phase == Phase::Running) cluster->broadcast_signal(signal);
+}
+
+void Agent::Impl::kill_everywhere(std::string_view cause, const std::string& why) {
+    if (stop_signal == SIGKILL) return;  // on its way already (the supervisor and the link)
+    spdlog::error("{}; killing {}", cause,
+                  ctx.config.elastic() ? "this node's workers" : "every worker");
+    const Phase was = phase;
+    stop_signal = SIGKILL;
+    // In an elastic job this node leaves; the others go on.
+    if (was != Phase::Connecting && cluster->leave(SIGKILL)) {
+        left = true;
+    } else {
+        if (was == Phase::Joining) cluster->abort(why, exit_code::kSignalBase + SIGKILL);
+        if (was == Phase::Running || was == Phase::Stopping) {
+            publish_signal(SIGKILL, why);
+            // No grace anywhere: whoever would have waited for it is gone.
+            cluster->publish_kill();
+        }
+    }
+    kill_now();
 }
 
 void Agent::Impl::on_stop_signal(int signal, bool workers_have_it) {

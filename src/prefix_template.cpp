@@ -11,8 +11,8 @@ namespace ddprun {
 
 namespace {
 
-constexpr std::array<std::string_view, 5> k_placeholders{"rank", "local_rank", "node_rank", "role",
-                                                         "round"};
+constexpr std::array<std::string_view, 6> k_placeholders{"rank", "local_rank", "node_rank",
+                                                         "role", "round",      "host"};
 
 // Walks a prefix template once: on_text gets literal text, on_placeholder the
 // name inside each "{name}". A stray brace is passed on as text. Returns the
@@ -64,6 +64,8 @@ std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
                 out += source.role;
             } else if (name == "round") {
                 out += std::to_string(source.round);
+            } else if (name == "host") {
+                out += source.host;
             } else {
                 out += '{';
                 out += name;
@@ -86,7 +88,8 @@ Status validate_prefix_template(const std::string& tmpl) {
     if (unknown.empty()) return {};
     return std::unexpected(usage_error(
         "unknown placeholder " + unknown +
-        " (known: {rank}, {local_rank}, {node_rank}, {role}; {{ and }} are literal braces)"));
+        " (known: {rank}, {local_rank}, {node_rank}, {role}, {round}, {host}; {{ and }} are "
+        "literal braces)"));
 }
 
 }  // namespace ddprun

@@ -37,6 +37,11 @@ int supervise(const std::function<int()>& agent_main, const std::vector<int>& fo
               const std::function<void()>& cleanup) {
     if (auto subreaper = become_subreaper(); !subreaper)
         spdlog::warn("{}", subreaper.error().message);
+    // Its stdout/stderr may be a link that is gone (a --hosts launcher's ssh): a message
+    // must fail with EPIPE, not kill the supervisor before the job is swept. Workers reset
+    // it (spawn.cpp).
+    if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+        spdlog::warn("{}", system_error("signal(SIGPIPE)").message);
 
     std::vector<int> waited = forwarded;
     waited.push_back(SIGCHLD);

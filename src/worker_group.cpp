@@ -183,7 +183,7 @@ Status WorkerGroup::Impl::spawn_all() {
             out_sink.file_path = w.dir + "/stdout.log";
             err_sink.file_path = w.dir + "/stderr.log";
         }
-        StreamSource source{w.spec.rank, lr, w.spec.node_rank, config.role, round};
+        StreamSource source{w.spec.rank, lr, w.spec.node_rank, config.role, round, ctx.host};
         if (auto added = mux->add_worker(lr, source, out->first.release(), err->first.release(),
                                          out_sink, err_sink);
             !added)

@@ -57,7 +57,9 @@ class Cluster {
     // first stop of a round wins.
     virtual void publish_failure(FailureRecord record) = 0;
     virtual void publish_finished() = 0;  // every worker of this node succeeded
-    virtual void publish_kill() = 0;      // this node was told twice to stop
+    // Every node kills its workers now, no grace: this node was told twice to stop, or its
+    // supervisor or --hosts launcher is gone.
+    virtual void publish_kill() = 0;
     virtual void broadcast_signal(int signal) = 0;
 
     // Gives the round up on every node (a signal during the join, workers that

@@ -15,10 +15,11 @@ struct StreamSource {
     int local_rank = 0;
     int node_rank = 0;
     std::string role = "default";
-    int round = 0;  // DDPRUN_ROUND
+    int round = 0;     // DDPRUN_ROUND
+    std::string host;  // this node's name (LaunchContext::host: --local_addr or the hostname)
 };
 
-// Expands "{rank}", "{local_rank}", "{node_rank}", "{role}", "{round}" in a prefix
+// Expands "{rank}", "{local_rank}", "{node_rank}", "{role}", "{round}", "{host}" in a prefix
 // template. "{{" and "}}" are literal braces. Returns "" for an empty template.
 // Unknown placeholders are left as written (validate_prefix_template rejects
 // them at the command line).

@@ -232,8 +232,16 @@ DdprunProcess::DdprunProcess(const std::vector<std::string>& args, const RunOpti
     int err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0) fail_syscall("pipe2");
     if (::pipe2(err_pipe, O_CLOEXEC) != 0) fail_syscall("pipe2");
-    int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (dev_null < 0) fail_syscall("open /dev/null");
+    int stdin_fd = -1;  // the read end of the stdin pipe, or /dev/null
+    if (options.stdin_pipe) {
+        int in_pipe[2];
+        if (::pipe2(in_pipe, O_CLOEXEC) != 0) fail_syscall("pipe2");
+        stdin_fd = in_pipe[0];
+        m_stdin_fd = in_pipe[1];
+    } else {
+        stdin_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (stdin_fd < 0) fail_syscall("open /dev/null");
+    }
 
     const pid_t test_pid = ::getpid();
     pid_t pid = ::fork();
@@ -248,7 +256,7 @@ DdprunProcess::DdprunProcess(const std::vector<std::string>& args, const RunOpti
         sigset_t none;
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        ::dup2(dev_null, 0);
+        ::dup2(stdin_fd, 0);
         ::dup2(out_pipe[1], 1);
         ::dup2(err_pipe[1], 2);
         if (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0) ::_exit(125);
@@ -261,7 +269,7 @@ DdprunProcess::DdprunProcess(const std::vector<std::string>& args, const RunOpti
     // Both sides call setpgid so signalling the group cannot race the exec.
     ::setpgid(pid, pid);
     m_pid = pid;
-    ::close(dev_null);
+    ::close(stdin_fd);
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
     m_out_fd = out_pipe[0];
@@ -283,10 +291,52 @@ DdprunProcess::~DdprunProcess() {
         m_stop_reading = true;
     }
     if (m_reader.joinable()) m_reader.join();
+    close_stdin();
 }
 
 void DdprunProcess::send_signal(int signal) const {
     if (!m_reaped) ::kill(m_pid, signal);
+}
+
+bool DdprunProcess::write_stdin(std::string_view text) {
+    if (m_stdin_fd < 0) return false;
+    // A ddprun that is gone must fail the write, not kill the test with SIGPIPE: blocked
+    // in this thread, and a pending one taken back before it is unblocked.
+    sigset_t pipe_signal;
+    sigset_t previous;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_signal, &previous);
+    bool written = true;
+    while (!text.empty()) {
+        ssize_t n = ::write(m_stdin_fd, text.data(), text.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            written = false;
+            break;
+        }
+        text.remove_prefix(static_cast<std::size_t>(n));
+    }
+    const timespec no_wait{};
+    while (::sigtimedwait(&pipe_signal, nullptr, &no_wait) == SIGPIPE) {
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    return written;
+}
+
+void DdprunProcess::close_stdin() {
+    if (m_stdin_fd < 0) return;
+    ::close(m_stdin_fd);
+    m_stdin_fd = -1;
+}
+
+void DdprunProcess::close_output() {
+    {
+        std::lock_guard lock(m_mutex);
+        m_stop_reading = true;
+    }
+    // The reader closes both pipes as it stops.
+    if (m_reader.joinable()) m_reader.join();
 }
 
 void DdprunProcess::read_pipes() {

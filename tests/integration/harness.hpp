@@ -54,6 +54,9 @@ struct RunOptions {
     // On a machine with NVIDIA GPUs, CUDA_VISIBLE_DEVICES="" (no device) unless
     // the test sets it, so the job's shape does not depend on the machine.
     bool hide_machine_gpus = true;
+    // ddprun's stdin is a pipe the test writes to (DdprunProcess::write_stdin) and
+    // closes (close_stdin), as a --hosts launcher's ssh channel is; else /dev/null.
+    bool stdin_pipe = false;
     // Runs right after ddprun is reaped (after the fixture's own snapshot): a
     // test's check of what the world looked like the moment this ddprun exited,
     // e.g. whether another node's workers had finished by then.
@@ -97,6 +100,15 @@ class DdprunProcess {
     bool running() const { return !m_reaped; }
     void send_signal(int signal) const;
 
+    // With RunOptions::stdin_pipe: writes `text` to ddprun's stdin (false if it cannot:
+    // ddprun is gone, or the pipe was closed); closes it (ddprun reads end of file).
+    bool write_stdin(std::string_view text);
+    void close_stdin();
+    // Closes the test's ends of ddprun's stdout and stderr, as a dropped ssh
+    // connection does: ddprun's writes fail with EPIPE from then on. What it
+    // wrote so far stays in out_so_far()/err_so_far() and the result.
+    void close_output();
+
     // Waits for ddprun to exit, bounded by the run's timeout (counted from the
     // start); on timeout the process group is SIGKILLed and timed_out is set.
     RunResult wait();
@@ -128,6 +140,7 @@ class DdprunProcess {
     OnExit m_on_exit;
     std::function<void()> m_after_exit;
 
+    int m_stdin_fd = -1;  // the write end of ddprun's stdin, with RunOptions::stdin_pipe
     int m_out_fd = -1;
     int m_err_fd = -1;
     mutable std::mutex m_mutex;

@@ -17,6 +17,7 @@ TEST(PrefixTemplate, ExpandsPlaceholders) {
     source.node_rank = 1;
     source.role = "trainer";
     source.round = 3;
+    source.host = "gpu07";
     struct Case {
         std::string tmpl;
         std::string expected;
@@ -27,6 +28,8 @@ TEST(PrefixTemplate, ExpandsPlaceholders) {
         {"{node_rank}/{local_rank} {role}|", "1/4 trainer|"},
         {"{rank}{rank}", "1212"},
         {"[r{round} {rank}]: ", "[r3 12]: "},
+        {"[{host}:{local_rank}]: ", "[gpu07:4]: "},
+        {"{{host}}", "{host}"},
         {"{{rank}}", "{rank}"},
         {"}}{{", "}{"},
         {"{{{rank}}}", "{12}"},
@@ -50,8 +53,11 @@ TEST(PrefixTemplate, ValidationNamesTheProblem) {
         {"[{rank}]: ", ""},
         {"{role}-{node_rank}-{local_rank}: ", ""},
         {"{round}: ", ""},
+        {"{host} {rank}: ", ""},
+        {"{hostname}", "unknown placeholder {hostname}"},
         {"{{literal}} ", ""},
         {"[{rnk}]: ", "unknown placeholder {rnk}"},
+        {"[{rnk}]: ", "known: {rank}, {local_rank}, {node_rank}, {role}, {round}, {host}"},
         {"{}", "unknown placeholder {}"},
         {"[{rank]: ", "unmatched '{' at character 2"},
         {"[rank}]: ", "unmatched '}' at character 6"},

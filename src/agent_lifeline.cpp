@@ -1,0 +1,78 @@
+// --lifeline: an agent started by a --hosts launcher reads the launcher's link
+// (its standard input, the ssh channel) on the agent's loop, in every phase,
+// from its start to its end (lifeline.hpp has the protocol). A "signal N" line
+// is answered as signal N from a user is (agent_signals.cpp); the link's end
+// means that the launcher or its connection is gone, and nobody is left to
+// stop the job: it is killed on every node, as when the supervisor is killed.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+
+#include "agent_impl.hpp"
+#include "ddprun/logging.hpp"
+
+namespace ddprun {
+
+void Agent::Impl::watch_lifeline() {
+    if (!ctx.config.lifeline) return;
+    // A copy of its own: the loop makes it non-blocking, and no worker inherits it (they
+    // get /dev/null as stdin).
+    const int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0)
+        throw std::system_error(errno, std::generic_category(),
+                                "--lifeline: fcntl(stdin, F_DUPFD_CLOEXEC)");
+    // Not a pipe or socket (a file, /dev/null): epoll cannot wait on it, but reading it
+    // never blocks either, so the loop just reads it (to its end, which is the link's).
+    lifeline.emplace(io, fd);
+    read_lifeline();
+}
+
+void Agent::Impl::read_lifeline() {
+    lifeline->async_read_some(
+        asio::buffer(lifeline_buffer), [this](boost::system::error_code ec, std::size_t n) {
+            if (ec == asio::error::operation_aborted) return;
+            if (ec) {
+                const std::string how =
+                    ec == asio::error::eof ? std::string() : " (" + ec.message() + ")";
+                lifeline.reset();
+                return kill_everywhere(
+                    fmt::format("the --hosts launcher's link closed{} (its ssh connection or "
+                                "the launcher is gone)",
+                                how),
+                    fmt::format("node {} ({}) lost its link to the --hosts launcher (its ssh "
+                                "connection or the launcher is gone)",
+                                node_rank, ctx.host));
+            }
+            for (const auto& message : lifeline_reader.feed({lifeline_buffer.data(), n}))
+                on_lifeline_message(message);
+            read_lifeline();
+        });
+}
+
+void Agent::Impl::on_lifeline_message(const LifelineMessage& message) {
+    if (message.kind == LifelineMessage::Kind::Bad) {
+        spdlog::warn("ignored a line from the --hosts launcher: {} (expected 'signal N')",
+                     message.shown);
+        return;
+    }
+    const int signal = message.signal;
+    const auto& stops = ctx.config.stop_signals;
+    const auto& forwards = ctx.config.forward_signals;
+    // Only what the agent would take from a user: any other signal would not reach it.
+    if (std::find(stops.begin(), stops.end(), signal) == stops.end() &&
+        std::find(forwards.begin(), forwards.end(), signal) == forwards.end()) {
+        spdlog::warn(
+            "ignored 'signal {}' from the --hosts launcher: ddprun does not handle {} (see "
+            "--signals_to_handle)",
+            signal, signal_name(signal));
+        return;
+    }
+    spdlog::debug("{} from the --hosts launcher", signal_name(signal));
+    on_signal(ReceivedSignal{signal, 0, false});
+}
+
+}  // namespace ddprun
