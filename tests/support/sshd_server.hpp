@@ -15,14 +15,16 @@
 // root (Debian: /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin),
 // SSH_CLIENT and SSH_CONNECTION ("client-addr client-port server-addr
 // server-port": the server address is the host the client asked for, the
-// client address is 127.0.0.1 whichever address it reached), and SHLVL=1 (see
-// below). Nothing of the client's environment reaches it (no AcceptEnv): what
-// a launcher wants there it must put on the command line. No terminal.
+// client address is 127.0.0.1 whichever address it reached), and SHLVL (sshd
+// sets 1, bash makes it 2; see below). Nothing of the client's environment
+// reaches it (no AcceptEnv): what a launcher wants there it must put on the
+// command line. No terminal.
 //
-// bash reads ~/.bashrc for a command sshd runs when SHLVL is below 2, and a
-// developer's ~/.bashrc (pyenv, cargo) makes every login slow and may print to
-// its stderr. SetEnv SHLVL=1 keeps it out, so what a remote command sees is
-// this file's description, not the machine's dotfiles.
+// bash (Debian's) reads ~/.bashrc for a command that sshd runs, unless SHLVL
+// says it is not the first shell; a developer's ~/.bashrc (pyenv, cargo) makes
+// every login slow (pyenv: 0.2 s) and may print to its stderr. SetEnv SHLVL=1
+// keeps it out, so what a remote command sees is what this comment says, not
+// the machine's dotfiles.
 //
 // Sessions. sshd forks a process per connection (in a session of its own),
 // which runs the command. Stopping the listener does not end the sessions that
