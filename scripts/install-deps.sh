@@ -28,6 +28,9 @@ packages=(
   # the etcd rendezvous backend: TLS through OpenSSL; a real etcd (and etcdctl,
   # openssl for a test CA) that the tests start themselves
   libssl-dev openssl etcd-server etcd-client
+  # --hosts reaches its hosts over the OpenSSH client; its tests start their
+  # own sshd on loopback addresses (tests/support/sshd_server.hpp)
+  openssh-server openssh-client
   # stacks of a hung worker (src/stack_capture.cpp): eu-stack, with gdb as the
   # slower fallback when only that is installed
   elfutils
@@ -64,9 +67,9 @@ apt_get=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -y -q
 # bare image has empty package lists and a long-lived one may have stale ones.
 "${apt_get[@]}" update
 
-# slurm-wlm, munge and etcd-server start their daemons from their postinst; the tests
-# start their own (temp dirs, free ports) and the machine's must not be left
-# running. policy-rc.d (exit 101: "action forbidden") stops invoke-rc.d for
+# slurm-wlm, munge, etcd-server and openssh-server start their daemons from
+# their postinst; the tests start their own (temp dirs, free ports) and the
+# machine's must not be left running. policy-rc.d (exit 101: "action forbidden") stops invoke-rc.d for
 # the duration of the install; one that was already there is left alone.
 policy=/usr/sbin/policy-rc.d
 own_policy=0
