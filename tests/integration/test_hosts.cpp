@@ -35,6 +35,8 @@ class SharedSshd {
         return *s_server;
     }
     static void stop() { s_server.reset(); }
+    // Its listener while it runs (-1 before the first test needed it).
+    static pid_t pid() { return s_server ? s_server->pid() : -1; }
 
   private:
     static inline std::unique_ptr<ddprun::SshServer> s_server;
@@ -44,6 +46,13 @@ const std::vector<std::string> k_hosts = {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
 
 class HostsTest : public MultiNodeTest {
   protected:
+    // Every test of the suite, those that do not use it too, takes the sshd as a
+    // service, never as a leftover of its job.
+    void SetUp() override {
+        MultiNodeTest::SetUp();
+        if (SharedSshd::pid() > 0) add_service(SharedSshd::pid());
+    }
+
     static void TearDownTestSuite() {
         SharedSshd::stop();
         MultiNodeTest::TearDownTestSuite();
