@@ -24,6 +24,8 @@
 
 #include "ddprun/cli.hpp"
 #include "ddprun/error_file.hpp"
+#include "ddprun/exit_codes.hpp"
+#include "ddprun/fan_out.hpp"
 #include "ddprun/file_timer_table.hpp"
 #include "ddprun/host_plan.hpp"
 #include "ddprun/hostlist.hpp"
@@ -345,6 +347,52 @@ inline std::string check_hosts(std::string_view data) {
     return {};
 }
 
+// What the --hosts launcher reads from others: --ssh-command (the first line),
+// a .ddprunenv (the whole input) and a host's preflight answer (its output and
+// error output, the input's two halves, under every kind of exit status). An
+// error or a reason is one line; a word quoted for the remote shell splits
+// back into itself; the answer's exit code is one ddprun documents.
+inline std::string check_fan_out(std::string_view data) {
+    try {
+        std::string_view first = data.substr(0, data.find('\n'));
+        auto words = ddprun::split_words(first);
+        if (!words) {
+            if (auto broken = check_one_line("split_words", words.error()); !broken.empty())
+                return broken;
+        } else {
+            for (const std::string& word : *words) {
+                auto again = ddprun::split_words(ddprun::shell_quote(word));
+                if (!again || *again != std::vector<std::string>{word})
+                    return "split_words(shell_quote(word)) is not the word";
+            }
+        }
+        auto variables = ddprun::parse_env_file(data, ".ddprunenv");
+        if (!variables) {
+            if (auto broken = check_one_line("parse_env_file", variables.error()); !broken.empty())
+                return broken;
+        }
+        ddprun::FanOutPlan plan;
+        plan.remote_ddprun = "/usr/bin/ddprun";
+        std::string_view out = data.substr(0, data.size() / 2);
+        std::string_view err = data.substr(data.size() / 2);
+        for (int status : {0, 2, 75, 126, 127, 137, 255}) {
+            auto problem = ddprun::check_preflight(status, out, err, "0.1.0", plan);
+            if (!problem) {
+                if (status != 0) return "check_preflight accepted a host that exited non-zero";
+                continue;
+            }
+            if (auto broken = check_one_line("check_preflight", problem->reason); !broken.empty())
+                return broken;
+            if (problem->code != status && problem->code != ddprun::exit_code::kRendezvous &&
+                problem->code != ddprun::exit_code::kUsage)
+                return "check_preflight chose an exit code nobody documents";
+        }
+    } catch (const std::exception& error) {
+        return std::string("a --hosts parser threw: ") + error.what();
+    }
+    return {};
+}
+
 struct Target {
     std::string_view name;  // also the directory of its corpus and regressions
     std::string (*check)(std::string_view);
@@ -356,6 +404,7 @@ inline constexpr Target k_targets[] = {
     {"hostlist", check_hostlist},   {"round_result", check_round_result},
     {"elastic", check_elastic},     {"file_timer", check_file_timer},
     {"progress", check_progress},   {"hosts", check_hosts},
+    {"fan_out", check_fan_out},
 };
 
 }  // namespace ddprun_fuzz
