@@ -2419,7 +2419,10 @@ def bench_hosts(args, scratch):
     """(l): --hosts: the preflight's fan-out to N hosts against the slowest
     host's own time (a stand-in ssh that plays each host), then a 3-host job
     over a real sshd on loopback against the same agents started by hand."""
-    stand_in = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_in_ssh.sh")
+    stand_in = os.path.join(os.path.dirname(args.ddprun), "bench", "stand_in_ssh")
+    if not os.access(stand_in, os.X_OK):
+        print(f"\n(l) hosts: skipped: no {stand_in} (build the stand_in_ssh target)")
+        return
     version = subprocess.run([args.ddprun, "--version"], capture_output=True, text=True).stdout.split()[-1]
     env = dict(
         os.environ,
@@ -2431,22 +2434,32 @@ def bench_hosts(args, scratch):
     for count in args.hosts_counts:
         hosts = ",".join([f"h{i}" for i in range(count - 1)] + ["slowest"])
         argv = [args.ddprun, "-v", f"--hosts={hosts}", f"--ssh-command={stand_in} {{host}}", "true"]
-        samples = []
+        samples, cpu = [], []
         for _ in range(args.hosts_reps):
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-            found = re.search(r"preflight of \d+ hosts: (\d+) ms", proc.stderr)
+            found = re.search(r"preflight of \d+ hosts: (\d+) ms \(its own CPU (\d+) ms\)", proc.stderr)
             if proc.returncode != 0 or not found:
                 tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
                 raise BenchError(f"ddprun --hosts ({count} stand-in hosts) exited {proc.returncode}: {tail}")
             samples.append(int(found.group(1)) / 1e3)
+            cpu.append(int(found.group(2)) / 1e3)
         median, low, high = median_cells(samples, scale=1, digits=2)
         overhead = statistics.median(samples) - HOSTS_SLOWEST_S
-        rows.append([str(count), str(len(samples)), f"{median} ({low}-{high})", f"{HOSTS_SLOWEST_S:.2f}", f"{overhead:+.2f}"])
+        rows.append(
+            [
+                str(count),
+                str(len(samples)),
+                f"{median} ({low}-{high})",
+                f"{HOSTS_SLOWEST_S:.2f}",
+                f"{overhead:+.2f}",
+                f"{statistics.median(cpu):.2f}",
+            ]
+        )
     print_table(
-        f"(l) --hosts preflight fan-out: N hosts through a stand-in ssh (bench/stand_in_ssh.sh: each host "
+        f"(l) --hosts preflight fan-out: N hosts through a stand-in ssh (bench/stand_in_ssh.cpp: each host "
         f"answers after {HOSTS_DELAY_S} s, the slowest after {HOSTS_SLOWEST_S} s), s from the first ssh "
-        "started to every answer read (ddprun -v), median (min-max)",
-        ["hosts", "runs", "preflight s", "slowest host s", "over the slowest s"],
+        "started to every answer read, and the launcher's own CPU in it (ddprun -v), median (min-max)",
+        ["hosts", "runs", "preflight s", "slowest host s", "over the slowest s", "ddprun CPU s"],
         rows,
     )
 

@@ -10,7 +10,8 @@
 # and with N simulated ones, and how fast an elastic job (--nnodes=MIN:MAX)
 # runs again after a node joins, dies, hangs or leaves; last, how fast
 # --hang-timeout stops a hung job, what a progress beat costs a worker and
-# whether beats slow the output path. See bench/README.md for
+# whether beats slow the output path; and for --hosts, the preflight's fan-out
+# to N hosts and a 3-host job over ssh next to its agents started by hand. See bench/README.md for
 # what each row means. Bounded to 15 minutes; about 8-11 on 2 cores.
 #
 #   bash bench/run.sh                      # uses build/, builds what is missing
@@ -20,6 +21,7 @@
 #   bash bench/run.sh --only restart,i     # only these sections (names or letters)
 #   bash bench/run.sh --only elastic       # (j) alone, about 2 minutes
 #   bash bench/run.sh --only hangs         # (k) alone, about a minute
+#   bash bench/run.sh --only hosts         # (l) alone, about a minute (root: a real sshd)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,11 +32,13 @@ if [[ -z "${DDPRUN:-}" && ! -x "$ddprun" ]]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build --target ddprun -j"${JOBS:-$(nproc)}" >/dev/null
 fi
-# (k) runs tests/fake_worker beside ddprun.
-if [[ -z "${DDPRUN:-}" && ! -x build/tests/fake_worker ]]; then
-  echo "bench: building tests/fake_worker" >&2
+# (k) and (l) run tests/fake_worker beside ddprun; (l) also bench/stand_in_ssh and
+# bench/sshd_for_bench.
+if [[ -z "${DDPRUN:-}" && ( ! -x build/tests/fake_worker || ! -x build/bench/stand_in_ssh \
+        || ! -x build/bench/sshd_for_bench ) ]]; then
+  echo "bench: building tests/fake_worker, bench/stand_in_ssh and bench/sshd_for_bench" >&2
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build --target fake_worker -j"${JOBS:-$(nproc)}" >/dev/null
+  cmake --build build --target fake_worker stand_in_ssh sshd_for_bench -j"${JOBS:-$(nproc)}" >/dev/null
 fi
 # The multi-node sections need the store plugin beside ddprun, the C++
 # example and bench/rendezvous_scale; they exist only where libtorch is
