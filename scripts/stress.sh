@@ -31,7 +31,7 @@ duration=${DURATION:-0}
 # test_etcd.cpp, test_hang.cpp and test_reliability.cpp, over both rendezvous backends (the
 # two-agent ones are all under Reliability/).
 default_filter='MultiNode*:*Elastic*:EtcdTest.*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*:Hang.*:FileTimer.*'
-default_filter+=':RendezvousFaults.*:*/BadInputs.*:BadLogDir.*'
+default_filter+=':RendezvousFaults.*:*/BadInputs.*:BadLogDir.*:HostsTest.*:*Lifeline*:SshdTest.*'
 tests="$build_dir/tests/ddprun_integration_tests"
 test_args=()
 if [[ -n ${SCHEDULER:-} ]]; then
