@@ -27,7 +27,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build_dir=${BUILD_DIR:-build}
 iterations=${ITERATIONS:-50}
 duration=${DURATION:-0}
-# The suites of tests/integration/test_multi_node.cpp, test_elastic.cpp,
+# The suites of tests/integration/test_multi_node.cpp, test_elastic.cpp, test_hosts.cpp,
+# test_lifeline.cpp, test_sshd.cpp,
 # test_etcd.cpp, test_hang.cpp and test_reliability.cpp, over both rendezvous backends (the
 # two-agent ones are all under Reliability/).
 default_filter='MultiNode*:*Elastic*:EtcdTest.*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*:Hang.*:FileTimer.*'

@@ -168,11 +168,12 @@ Variables forwarded_variables(const Environment& env) {
     static constexpr std::string_view prefixes[] = {"NCCL_", "PYTHON", "CUDA_", "TORCH",
                                                     "OMP_",  "UCX_",   "FI_",   "MASTER_"};
     Variables forwarded;
-    for (const auto& [name, value] : env) {
+    for (const auto& variable : env) {
+        const std::string& name = variable.first;
         if (name == "CUDA_VISIBLE_DEVICES" || !is_variable_name(name)) continue;
         if (std::any_of(std::begin(prefixes), std::end(prefixes),
-                        [&](std::string_view p) { return name.starts_with(p); }))
-            forwarded.emplace_back(name, value);
+                        [&name](std::string_view p) { return name.starts_with(p); }))
+            forwarded.push_back(variable);
     }
     std::sort(forwarded.begin(), forwarded.end());
     return forwarded;
