@@ -392,20 +392,6 @@ std::expected<LaunchDefaults, Error> add_scheduler_values(
     return defaults;
 }
 
-std::string nproc_text(const NprocSpec& spec) {
-    switch (spec.kind) {
-        case NprocKind::Gpu:
-            return "gpu";
-        case NprocKind::Cpu:
-            return "cpu";
-        case NprocKind::Auto:
-            return "auto";
-        case NprocKind::Count:
-            break;
-    }
-    return std::to_string(spec.count);
-}
-
 // "value (source)" for the values that place this node in the job.
 std::vector<std::pair<std::string, std::string>> describe_sources(
     const LaunchConfig& config, const Settings& settings,

@@ -69,20 +69,6 @@ std::string read_file(const std::string& path, std::string& error) {
     return text.str();
 }
 
-std::string nproc_value(const NprocSpec& spec) {
-    switch (spec.kind) {
-        case NprocKind::Gpu:
-            return "gpu";
-        case NprocKind::Cpu:
-            return "cpu";
-        case NprocKind::Auto:
-            return "auto";
-        case NprocKind::Count:
-            break;
-    }
-    return std::to_string(spec.count);
-}
-
 std::string fresh_run_id() {
     std::random_device random;
     return fmt::format("hosts-{:08x}{:04x}", random(), random() & 0xffff);
@@ -135,7 +121,7 @@ std::expected<FanOutPlan, PlanError> make_plan(const LaunchConfig& config, const
     plan.hosts = std::move(*hosts);
     for (const PlannedHost& host : plan.hosts)
         plan.nproc.push_back(host.devices.empty() && !host.slots
-                                 ? nproc_value(config.nproc_per_node)
+                                 ? nproc_text(config.nproc_per_node)
                                  : std::to_string(workers_on(host, 1)));
 
     const std::string ssh = fan.ssh_command.empty() ? "ssh" : fan.ssh_command;

@@ -26,19 +26,8 @@ constexpr std::size_t k_max_host_name = 253;
 // Quoted input is cut to this many characters: a message stays one short line.
 constexpr std::size_t k_max_quoted = 80;
 
-// `text` fit to quote in a one-line message: unprintable bytes escaped, long
-// text cut.
 std::string quoted(std::string_view text) {
-    std::string out;
-    for (std::size_t i = 0; i < text.size() && i < k_max_quoted; ++i) {
-        auto c = static_cast<unsigned char>(text[i]);
-        if (std::isprint(c))
-            out += static_cast<char>(c);
-        else
-            out += fmt::format("\\x{:02x}", c);
-    }
-    if (text.size() > k_max_quoted) out += "...";
-    return "'" + out + "'";
+    return ddprun::quoted(text, k_max_quoted);
 }
 
 bool is_host_char(char c) {

@@ -18,15 +18,7 @@ constexpr std::size_t k_max_shown = 80;
 
 // The line fit to quote in a one-line warning: unprintable bytes escaped, long lines cut.
 std::string shown(std::string_view line, std::size_t length) {
-    std::string out = "'";
-    for (std::size_t i = 0; i < line.size() && i < k_max_shown; ++i) {
-        auto c = static_cast<unsigned char>(line[i]);
-        if (std::isprint(c))
-            out += static_cast<char>(c);
-        else
-            out += fmt::format("\\x{:02x}", c);
-    }
-    out += length > k_max_shown ? "...'" : "'";
+    std::string out = quoted(line, k_max_shown, length);
     if (length > k_max_shown) out += fmt::format(" ({} bytes)", length);
     return out;
 }

@@ -183,6 +183,21 @@ inline std::string nnodes_text(int min_nnodes, int max_nnodes) {
     return std::to_string(min_nnodes) + ":" + std::to_string(max_nnodes);
 }
 
+// "8", "gpu", "cpu" or "auto", as --nproc_per_node takes it.
+inline std::string nproc_text(const NprocSpec& spec) {
+    switch (spec.kind) {
+        case NprocKind::Gpu:
+            return "gpu";
+        case NprocKind::Cpu:
+            return "cpu";
+        case NprocKind::Auto:
+            return "auto";
+        case NprocKind::Count:
+            break;
+    }
+    return std::to_string(spec.count);
+}
+
 // The --nproc_per_node value resolved against this machine's devices and CPUs.
 struct NodeResources {
     std::vector<std::string> devices;  // CUDA_VISIBLE_DEVICES entries, verbatim

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace ddprun {
@@ -21,6 +22,24 @@ inline std::string_view trim(std::string_view text) {
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
         text.remove_prefix(1);
     return trim_right(text);
+}
+
+// `text` in single quotes, fit for a one-line message: unprintable bytes as
+// \xNN, and cut after `max` bytes with "..." when it was longer (`length`: how
+// long the whole was, where `text` is already a part of it).
+inline std::string quoted(std::string_view text, std::size_t max,
+                          std::size_t length = std::string_view::npos) {
+    if (length == std::string_view::npos) length = text.size();
+    constexpr char digits[] = "0123456789abcdef";
+    std::string out = "'";
+    for (std::size_t i = 0; i < text.size() && i < max; ++i) {
+        auto c = static_cast<unsigned char>(text[i]);
+        if (std::isprint(c))
+            out += static_cast<char>(c);
+        else
+            out += {'\\', 'x', digits[c >> 4], digits[c & 15]};
+    }
+    return out + (length > max ? "...'" : "'");
 }
 
 // The whole of `text` (surrounding blanks allowed) as an integer, else nullopt.

@@ -94,6 +94,13 @@ class HostsTest : public MultiNodeTest {
         EXPECT_TRUE(sessions_end(timeout)) << SharedSshd::get().log();
     }
 
+    // Every one of `world` workers has started (written its ready file).
+    bool all_ready(int world) const {
+        for (int rank = 0; rank < world; ++rank)
+            if (!wait_for_file(path(fmt::format("ready.{}", rank)), 30s)) return false;
+        return true;
+    }
+
     // The launcher's ssh client for `host`: its child whose command line names it.
     static pid_t ssh_client_for(pid_t launcher, const std::string& host) {
         for (pid_t child : children_of(launcher)) {
@@ -174,9 +181,7 @@ TEST_F(HostsTest, CtrlCAtTheLauncherStopsEveryHostWithTheGrace) {
     auto launcher =
         start_launcher(launcher_flags("127.0.0.2,127.0.0.3:2"),
                        sleepers(m_dir, {"trap-exit", "SIGINT", "trap-exit", "SIGTERM"}));
-    for (int rank = 0; rank < 3; ++rank)
-        ASSERT_TRUE(wait_for_file(path(fmt::format("ready.{}", rank)), 30s))
-            << launcher->err_so_far();
+    ASSERT_TRUE(all_ready(3)) << launcher->err_so_far();
     launcher->send_signal(SIGINT);
     RunResult r = launcher->wait();
     EXPECT_EQ(r.exit_code, 130) << r.describe();
@@ -196,9 +201,7 @@ TEST_F(HostsTest, SigkillOfTheLauncherLeavesNothingOnAnyHost) {
     if (!need_sshd()) GTEST_SKIP() << SharedSshd::get().error();
     auto launcher =
         start_launcher(launcher_flags("127.0.0.2,127.0.0.3,127.0.0.4"), sleepers(m_dir));
-    for (int rank = 0; rank < 3; ++rank)
-        ASSERT_TRUE(wait_for_file(path(fmt::format("ready.{}", rank)), 30s))
-            << launcher->err_so_far();
+    ASSERT_TRUE(all_ready(3)) << launcher->err_so_far();
     expect_orphans_to_clean_up();
     const auto killed = Clock::now();
     launcher->send_signal(SIGKILL);
@@ -212,9 +215,7 @@ TEST_F(HostsTest, ADroppedSshConnectionStopsEveryHost) {
     if (!need_sshd()) GTEST_SKIP() << SharedSshd::get().error();
     auto launcher =
         start_launcher(launcher_flags("127.0.0.2,127.0.0.3,127.0.0.4"), sleepers(m_dir));
-    for (int rank = 0; rank < 3; ++rank)
-        ASSERT_TRUE(wait_for_file(path(fmt::format("ready.{}", rank)), 30s))
-            << launcher->err_so_far();
+    ASSERT_TRUE(all_ready(3)) << launcher->err_so_far();
     pid_t ssh = ssh_client_for(launcher->pid(), "127.0.0.3");
     ASSERT_GT(ssh, 0) << "no ssh client for 127.0.0.3 under the launcher";
     // The dropped connection's sshd processes outlive their parent for a moment

@@ -20,6 +20,7 @@
 
 #include "ddprun/etcd_client.hpp"
 #include "support/free_port.hpp"
+#include "support/service_process.hpp"
 
 namespace ddprun {
 
@@ -34,22 +35,6 @@ std::string url(int port, bool tls = false) {
 }
 
 constexpr const char* k_root_password = "root battery";
-
-void write_file(const std::string& path, const std::string& text) {
-    std::ofstream(path) << text;
-}
-
-// Reaps `pid` within `bound`; false if it still runs.
-bool reap_within(pid_t pid, std::chrono::milliseconds bound) {
-    const auto deadline = std::chrono::steady_clock::now() + bound;
-    for (;;) {
-        int status = 0;
-        pid_t got = ::waitpid(pid, &status, WNOHANG);
-        if (got == pid || (got < 0 && errno == ECHILD)) return true;
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        std::this_thread::sleep_for(10ms);
-    }
-}
 
 }  // namespace
 

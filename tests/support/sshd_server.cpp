@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "support/free_port.hpp"
+#include "support/service_process.hpp"
 
 namespace ddprun {
 
@@ -41,10 +42,6 @@ constexpr const char* k_ssh_keygen = "/usr/bin/ssh-keygen";
 constexpr const char* k_privsep_dir = "/run/sshd";
 constexpr auto k_start_bound = 20s;
 constexpr int k_start_attempts = 3;
-
-void write_file(const std::string& path, const std::string& text) {
-    std::ofstream(path) << text;
-}
 
 std::string read_file(const std::string& path) {
     std::ifstream in(path);
@@ -83,18 +80,6 @@ bool accepts(const std::string& address, int port) {
               ::connect(fd, reinterpret_cast<sockaddr*>(&peer), sizeof peer) == 0;
     ::close(fd);
     return ok;
-}
-
-// Reaps `pid` within `bound`; false if it still runs.
-bool reap_within(pid_t pid, std::chrono::milliseconds bound) {
-    const auto deadline = std::chrono::steady_clock::now() + bound;
-    for (;;) {
-        int status = 0;
-        pid_t got = ::waitpid(pid, &status, WNOHANG);
-        if (got == pid || (got < 0 && errno == ECHILD)) return true;
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        std::this_thread::sleep_for(10ms);
-    }
 }
 
 }  // namespace
@@ -330,11 +315,7 @@ std::vector<pid_t> SshServer::connection_pids() const {
 
 void SshServer::stop() {
     if (m_pid <= 0) return;
-    ::kill(m_pid, SIGTERM);
-    if (!reap_within(m_pid, 5s)) {
-        ::kill(m_pid, SIGKILL);
-        reap_within(m_pid, 5s);
-    }
+    stop_process(m_pid, 5s);
     m_pid = -1;
 }
 
