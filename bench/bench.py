@@ -2475,6 +2475,7 @@ def bench_hosts(args, scratch):
             print(f"\n(l) over ssh: skipped: the test sshd cannot start: {ssh or 'no answer'}")
             return
         bench_hosts_ssh(args, scratch, ssh, fake_worker)
+        bench_hosts_lifeline(args, scratch, ssh, fake_worker)
     finally:
         server.stdin.close()
         server.wait(timeout=30)
@@ -2531,6 +2532,80 @@ def bench_hosts_ssh(args, scratch, ssh, fake_worker):
         f"(l) a 3-host job over a real sshd on loopback ({', '.join(HOSTS_SSH)}), 1 worker each "
         "(fake_worker ready): s from the start to every worker running and to the job's end, median (min-max)",
         ["how", "runs", "all workers running s", "job done s"],
+        rows,
+    )
+
+
+def bench_hosts_lifeline(args, scratch, ssh, fake_worker):
+    """(l), third table: how fast every host's workers are gone when the
+    launcher is SIGKILLed, or one host's ssh connection drops."""
+    samples = {"launcher": [], "ssh": []}
+    for rep in range(args.hosts_reps):
+        for kind in samples:
+            directory = os.path.join(scratch, f"lifeline-{kind}-{rep}")
+            os.makedirs(directory)
+            pidfile = os.path.join(directory, "pids")
+            argv = [
+                args.ddprun,
+                f"--hosts={','.join(HOSTS_SSH)}",
+                f"--ssh-command={ssh}",
+                "--env=FAKE_WORKER_PIDFILE",
+                fake_worker,
+                "ready",
+                os.path.join(directory, "ready.{rank}"),
+                "sleep",
+                "300",
+            ]
+            env = dict(os.environ, FAKE_WORKER_PIDFILE=pidfile)
+            launcher = subprocess.Popen(
+                argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            )
+            try:
+                deadline = time.monotonic() + 60
+                ready = [os.path.join(directory, f"ready.{rank}") for rank in range(len(HOSTS_SSH))]
+                while not all(os.path.exists(path) for path in ready):
+                    if time.monotonic() > deadline or launcher.poll() is not None:
+                        raise BenchError(f"(l) the 3-host job never ran: `{' '.join(argv)}`")
+                    time.sleep(0.01)
+                with open(pidfile) as lines:
+                    workers = [int(line.split()[0]) for line in lines if "worker" in line]
+                if kind == "launcher":
+                    victim = launcher.pid
+                else:
+                    children = subprocess.run(
+                        ["ps", "-o", "pid=,args=", "--ppid", str(launcher.pid)], capture_output=True, text=True
+                    ).stdout.splitlines()
+                    victim = next(int(c.split()[0]) for c in children if f" {HOSTS_SSH[1]} " in c)
+                killed = time.monotonic()
+                os.kill(victim, signal.SIGKILL)
+
+                def alive(pid):
+                    try:
+                        with open(f"/proc/{pid}/stat") as stat:
+                            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+                    except OSError:
+                        return False
+
+                while any(alive(pid) for pid in workers):
+                    if time.monotonic() - killed > 30:
+                        raise BenchError("(l) workers still alive 30 s after the link was cut")
+                    time.sleep(0.005)
+                samples[kind].append(time.monotonic() - killed)
+            finally:
+                try:
+                    os.killpg(launcher.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                launcher.wait()
+    rows = []
+    names = {"launcher": "the launcher SIGKILLed", "ssh": "host 2's ssh client SIGKILLed (connection dropped)"}
+    for kind, values in samples.items():
+        median, low, high = median_cells(values, scale=1, digits=3)
+        rows.append([names[kind], str(len(values)), f"{median} ({low}-{high})", "< 1 s (+ a heartbeat)"])
+    print_table(
+        "(l) the lifeline: a 3-host job over the same sshd, 1 sleeping worker each; s from the kill to "
+        "every worker on every host gone, median (min-max)",
+        ["what was killed", "runs", "all workers gone s", "goal"],
         rows,
     )
 

@@ -135,10 +135,10 @@ bool is_variable_name(std::string_view name) {
 // Options the launcher keeps to itself, or sets per host, and so never passes
 // on as given (see FanOutSettings::agent_options).
 constexpr std::string_view k_launcher_options[] = {
-    "hosts",       "hostfile", "include",   "exclude",   "ssh-command",    "remote-ddprun",
-    "env",         "lifeline", "preflight", "dry-run",   "verbose",        "quiet",
-    "help",        "version",  "nnodes",    "node_rank", "nproc_per_node", "local_addr",
-    "master_addr", "rdzv_id",
+    "hosts",       "hostfile",      "include",   "exclude",   "ssh-command",    "remote-ddprun",
+    "env",         "lifeline",      "preflight", "dry-run",   "verbose",        "quiet",
+    "help",        "version",       "nnodes",    "node_rank", "nproc_per_node", "local_addr",
+    "master_addr", "rdzv_endpoint", "rdzv_id",
 };
 
 // --hosts / --hostfile and their companions: what they conflict with, and the

@@ -94,8 +94,7 @@ struct FanOutSettings {
     bool rdzv_id_given = false;
     // The options every agent gets as they were resolved here ("--name=value" or
     // "--flag"): all but the launcher's own and those it sets per host (nnodes,
-    // node_rank, nproc_per_node, local_addr, master_addr, rdzv_id and, unless
-    // given, rdzv_endpoint).
+    // node_rank, nproc_per_node, local_addr, master_addr, rdzv_endpoint, rdzv_id).
     std::vector<std::string> agent_options;
     bool given() const { return !hosts.empty() || !hostfile.empty(); }
 };
