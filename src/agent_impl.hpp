@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ddprun/agent.hpp"
+#include "ddprun/event_log.hpp"
 #include "ddprun/hang_monitor.hpp"
 #include "ddprun/lifeline.hpp"
 #include "ddprun/ports.hpp"
@@ -53,6 +54,15 @@ struct Agent::Impl {
     bool kill_requested = false;          // another node asked every node to kill its workers
     bool left = false;                    // an elastic job's node leaving on a stop signal
     std::optional<StopEvent> stop_event;  // how the round ended job-wide
+
+    // --event-log (event_log.hpp): off without it, and then nothing below is filled.
+    EventLog events;
+    int rounds_run = 0;
+    int restarts_used = 0;
+    std::map<pid_t, std::chrono::steady_clock::time_point> started_at;  // this round's workers
+    std::optional<std::chrono::steady_clock::time_point> barrier_entered;
+    void log_workers_started();
+    int job_end(int exit_code);  // writes the job's end to the event log; returns exit_code
 
     Impl(LaunchContext context, ClusterFactory factory, WorkerGroup::Options worker_options)
         : ctx(std::move(context)),
