@@ -363,7 +363,8 @@ TEST_F(EventLogTwoNodes, EveryNodeTellsTheSameStory) {
         ASSERT_FALSE(events.empty());
         for (const auto& e : events) EXPECT_EQ(e["node_rank"], node) << e;
         EXPECT_EQ(events.front()["event"], "job_start") << story;
-        EXPECT_EQ(events.front()["config"]["rdzv_backend"], "c10d");
+        // The default backend: the nodes meet over node 0's c10d TCPStore.
+        EXPECT_EQ(events.front()["config"]["rdzv_endpoint"], fmt::format("127.0.0.1:{}", m_port));
 
         auto rounds = named(events, "round");
         ASSERT_EQ(rounds.size(), 2u) << story;
