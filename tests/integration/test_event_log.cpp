@@ -280,6 +280,28 @@ TEST_F(EventLogJob, ASuccessfulJobPassesTheExitBarrier) {
     EXPECT_TRUE(events.back()["root_cause"].is_null());
 }
 
+TEST_F(EventLogJob, AHangIsLoggedWithTheRankThatStopped) {
+    // Rank 1 beats three times, then stops; rank 0 beats on (as test_hang.cpp's case).
+    const std::string log = path("events.jsonl");
+    auto r = run({"--nproc_per_node=2", "--hang-timeout=1", "--event-log", log, k_fake_worker,
+                  "if-rank", "1", "beat", "3:100:step", "if-rank", "1", "sleep", "120", "beat",
+                  "600:100:step", "sleep", "120"});
+    ASSERT_FALSE(r.timed_out) << r.describe();
+    EXPECT_EQ(r.exit_code, 124) << r.describe();
+    auto events = read_events(log, read_schema());
+    const std::string story = names_of(events);
+    auto failures = named(events, "failure");
+    ASSERT_EQ(failures.size(), 1u) << story;
+    EXPECT_EQ(failures[0]["root_cause"]["kind"], "hang");
+    EXPECT_EQ(failures[0]["root_cause"]["rank"], 1);
+    auto hangs = named(events, "hang");
+    ASSERT_EQ(hangs.size(), 1u) << story;
+    EXPECT_EQ(hangs[0]["root_cause"]["rank"], 1);
+    EXPECT_EQ(events.back()["event"], "job_end") << story;
+    EXPECT_EQ(events.back()["exit_code"], 124);
+    EXPECT_EQ(events.back()["root_cause"]["kind"], "hang");
+}
+
 TEST_F(EventLogJob, TheEnvironmentVariableNamesTheLog) {
     const std::string log = path("from_env.jsonl");
     RunOptions options;
