@@ -352,10 +352,10 @@ TEST_F(EventLogJob, AFullDiskIsOneWarningAndTheJobRunsOn) {
         << warnings[0];
 }
 
-// Two agents (127.0.0.1, 127.0.0.2) over c10d, each with its own log.
-class EventLogTwoNodes : public MultiNodeTest {};
+// Agents on 127.0.0.1, .2 (.3) over c10d, each with its own log.
+class EventLogMultiNode : public MultiNodeTest {};
 
-TEST_F(EventLogTwoNodes, EveryNodeTellsTheSameStory) {
+TEST_F(EventLogMultiNode, EveryNodeTellsTheSameStory) {
     // Round 0: rank 2 (node 1) exits 4 once everyone is up; round 1: all succeed.
     std::vector<std::string> actions = {"ready", path("r{restart}.{rank}")};
     for (int rank : {0, 1, 3}) {
@@ -431,6 +431,58 @@ TEST_F(EventLogTwoNodes, EveryNodeTellsTheSameStory) {
         EXPECT_EQ(events.back()["exit_code"], 0);
         EXPECT_EQ(events.back()["rounds"], 2);
         EXPECT_EQ(events.back()["restarts"], 1);
+    }
+}
+
+// An elastic job (--nnodes=1:3, over c10d, node ranks assigned at the join): a
+// third node joins; the two first nodes log the membership change, no restart.
+TEST_F(EventLogMultiNode, AnElasticJobLogsTheMembershipChange) {
+    Job job;
+    job.min_nnodes = 1;
+    job.nnodes = 3;
+    job.nproc = 1;
+    job.flags = {"--shutdown_timeout=5"};
+    const std::vector<std::string> actions = {"ready", path("r{round}.{rank}"), "sleep", "300"};
+    auto node = [&](int n) {
+        return Node{.addr = fmt::format("127.0.0.{}", n),
+                    .flags = {fmt::format("--rdzv_conf=is_host={},join_timeout=20,"
+                                          "last_call_timeout=1,heartbeat_timeout=2",
+                                          n == 1 ? 1 : 0),
+                              fmt::format("--event-log={}", path(fmt::format("n{}.jsonl", n)))},
+                    .actions = actions};
+    };
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (int n : {1, 2}) agents.push_back(start_node(job, node(n)));
+    for (int rank : {0, 1})
+        ASSERT_TRUE(wait_for_file(path(fmt::format("r0.{}", rank)), 20s)) << stderr_of(agents);
+    agents.push_back(start_node(job, node(3)));
+    for (int rank : {0, 1, 2})
+        ASSERT_TRUE(wait_for_file(path(fmt::format("r1.{}", rank)), 20s)) << stderr_of(agents);
+    for (const auto& agent : agents) agent->send_signal(SIGTERM);
+    auto r = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
+
+    const Schema schema = read_schema();
+    for (int n : {1, 2}) {
+        SCOPED_TRACE(fmt::format("node at 127.0.0.{}", n));
+        auto events = read_events(path(fmt::format("n{}.jsonl", n)), schema);
+        const std::string story = names_of(events);
+        ASSERT_FALSE(events.empty());
+        EXPECT_EQ(events.front()["node_rank"], -1) << "not assigned before the first round";
+        EXPECT_TRUE(events.front()["config"]["node_rank"].is_null());
+        auto changes = named(events, "membership_change");
+        ASSERT_EQ(changes.size(), 1u) << story;
+        EXPECT_EQ(changes[0]["round"], 0);
+        EXPECT_FALSE(changes[0]["change"].get<std::string>().empty());
+        auto rounds = named(events, "round");
+        ASSERT_EQ(rounds.size(), 2u) << story;
+        EXPECT_EQ(rounds[0]["world_size"], 2);
+        EXPECT_EQ(rounds[1]["world_size"], 3);
+        EXPECT_EQ(rounds[1]["restart_count"], 0) << "a membership change is not a restart";
+        EXPECT_FALSE(rounds[1]["change"].get<std::string>().empty()) << rounds[1];
+        EXPECT_TRUE(named(events, "restart").empty()) << story;
+        EXPECT_EQ(events.back()["event"], "job_end") << story;
+        EXPECT_EQ(events.back()["exit_code"], 143);
     }
 }
 
