@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -338,6 +339,15 @@ TEST(EventLogFlag, FromTheFlagOrDdprunEventLog) {
     ASSERT_FALSE(empty.has_value());
     EXPECT_NE(empty.error().message.find("--event-log"), std::string::npos)
         << empty.error().message;
+}
+
+TEST(EventLogFlag, EveryAgentOfHostsGetsIt) {
+    // Each host writes PATH on its own disk.
+    auto parsed = parse_command_line({"--hosts", "a,b", "--event-log=/var/log/e.jsonl", "./t"}, {});
+    ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
+    const auto& options = parsed->config.fan_out.agent_options;
+    EXPECT_NE(std::find(options.begin(), options.end(), "--event-log=/var/log/e.jsonl"),
+              options.end());
 }
 
 }  // namespace
