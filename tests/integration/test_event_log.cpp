@@ -89,38 +89,48 @@ void expect_fields(const json& value, const std::map<std::string, std::string>& 
     }
 }
 
+// One line checked against the schema: its JSON, or a discarded value.
+json check_line(const std::string& line, const Schema& schema) {
+    static const std::regex time(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z$)");
+    json event = json::parse(line, nullptr, false);
+    if (event.is_discarded()) {
+        ADD_FAILURE() << "not JSON: " << line;
+        return event;
+    }
+    EXPECT_TRUE(line.starts_with("{\"time\":\"")) << "time must come first: " << line;
+    json common = json::object();
+    json own = json::object();
+    const auto& common_table = schema.objects.at("common");
+    for (const auto& [field, v] : event.items())
+        (common_table.contains(field) ? common : own)[field] = v;
+    expect_fields(common, common_table, schema, "every line");
+    if (!event.contains("event") || !event["event"].is_string() || !event["time"].is_string() ||
+        !event["host"].is_string())
+        return json(json::value_t::discarded);
+    const std::string name = event["event"];
+    auto table = schema.events.find(name);
+    if (table == schema.events.end()) {
+        ADD_FAILURE() << "unknown event " << name << ": " << line;
+        return json(json::value_t::discarded);
+    }
+    expect_fields(own, table->second, schema, name);
+    EXPECT_EQ(event["schema"], 1);
+    EXPECT_FALSE(event["host"].get<std::string>().empty()) << line;
+    EXPECT_TRUE(std::regex_match(event["time"].get<std::string>(), time)) << line;
+    return event;
+}
+
 // Every line of one node's file, checked against the schema; the parsed lines.
 std::vector<json> read_events(const std::string& file, const Schema& schema) {
     std::vector<json> events;
     std::ifstream in(file);
     EXPECT_TRUE(in.good()) << "no event log at " << file;
-    const std::regex time(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z$)");
     std::string previous_time;
     for (std::string line; std::getline(in, line);) {
-        json event = json::parse(line, nullptr, false);
-        if (event.is_discarded()) {
-            ADD_FAILURE() << file << ": not JSON: " << line;
-            continue;
-        }
-        EXPECT_TRUE(line.starts_with("{\"time\":\"")) << "time must come first: " << line;
-        json common = json::object();
-        json own = json::object();
-        const auto& common_table = schema.objects.at("common");
-        for (const auto& [field, v] : event.items())
-            (common_table.contains(field) ? common : own)[field] = v;
-        expect_fields(common, common_table, schema, "every line");
-        if (!event.contains("event") || !event["event"].is_string()) continue;
-        const std::string name = event["event"];
-        auto table = schema.events.find(name);
-        if (table == schema.events.end()) {
-            ADD_FAILURE() << "unknown event " << name << ": " << line;
-            continue;
-        }
-        expect_fields(own, table->second, schema, name);
-        EXPECT_EQ(event["schema"], 1);
-        EXPECT_FALSE(event["host"].get<std::string>().empty()) << line;
+        SCOPED_TRACE(file);
+        json event = check_line(line, schema);
+        if (event.is_discarded()) continue;
         const std::string t = event["time"];
-        EXPECT_TRUE(std::regex_match(t, time)) << t;
         EXPECT_LE(previous_time, t) << "times must not go back within a file";
         previous_time = t;
         events.push_back(std::move(event));
@@ -156,6 +166,16 @@ TEST(EventLogSchema, TheDocumentHasEveryTable) {
     for (const char* event : {"job_start", "round", "worker_start", "worker_end", "failure", "stop",
                               "hang", "exit_barrier", "restart", "membership_change", "job_end"})
         EXPECT_FALSE(schema.events[event].empty()) << event;
+    // Every example line of the document fits its own tables; every event has one.
+    std::ifstream in(EVENTS_DOC);
+    std::set<std::string> shown;
+    for (std::string line; std::getline(in, line);) {
+        if (!line.starts_with("    {\"time\"")) continue;
+        json event = check_line(line.substr(4), schema);
+        if (!event.is_discarded()) shown.insert(event["event"].get<std::string>());
+    }
+    for (const auto& [event, table] : schema.events)
+        EXPECT_TRUE(shown.contains(event)) << "no example line for " << event;
 }
 
 class EventLogJob : public IntegrationTest {};
@@ -470,12 +490,14 @@ TEST_F(EventLogMultiNode, AnElasticJobLogsTheMembershipChange) {
         ASSERT_FALSE(events.empty());
         EXPECT_EQ(events.front()["node_rank"], -1) << "not assigned before the first round";
         EXPECT_TRUE(events.front()["config"]["node_rank"].is_null());
+        // The SIGTERMs at the end may make a node leave first: another change then.
         auto changes = named(events, "membership_change");
-        ASSERT_EQ(changes.size(), 1u) << story;
+        ASSERT_GE(changes.size(), 1u) << story;
         EXPECT_EQ(changes[0]["round"], 0);
         EXPECT_FALSE(changes[0]["change"].get<std::string>().empty());
         auto rounds = named(events, "round");
-        ASSERT_EQ(rounds.size(), 2u) << story;
+        ASSERT_GE(rounds.size(), 2u) << story;
+        EXPECT_EQ(rounds.size(), changes.size() + 1) << story;
         EXPECT_EQ(rounds[0]["world_size"], 2);
         EXPECT_EQ(rounds[1]["world_size"], 3);
         EXPECT_EQ(rounds[1]["restart_count"], 0) << "a membership change is not a restart";
