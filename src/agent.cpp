@@ -108,7 +108,7 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
         // This node knows the outcome already: it does not wait for the abort to come back.
         stop_event = StopEvent{
             StopEvent::Kind::Abort, {}, started.error().message, started.error().exit_code};
-        events.write("stop", [&] { return round_stop_event(round, *stop_event, node_rank); });
+        log_round_stop();
         kill_now();
     } else if (stop_event && stop_event->kind != StopEvent::Kind::Done) {
         log_workers_started();
@@ -184,13 +184,7 @@ int Agent::Impl::report_failure(const std::string& title) {
 void Agent::Impl::on_child_exit(pid_t pid, int status) {
     auto outcome = workers.on_exit(pid, status);
     if (!outcome) return;  // an orphan reparented to the agent; swept at the end of the round
-    events.write("worker_end", [&] {
-        auto started = started_at.find(pid);
-        const auto ran = started == started_at.end()
-                             ? std::chrono::nanoseconds(0)
-                             : std::chrono::steady_clock::now() - started->second;
-        return worker_end_event(round, *outcome, ran);
-    });
+    log_worker_end(*outcome);
     hang_monitor.exited(outcome->rank);
     dump_exited(pid);
     if (outcome->failed() && phase == Phase::Running) {
@@ -200,34 +194,16 @@ void Agent::Impl::on_child_exit(pid_t pid, int status) {
     }
     // This node is done; the cluster decides when the round is (the exit barrier).
     if (workers.running() == 0 && phase == Phase::Running) {
-        // Logged first: a single node's cluster answers with the round's stop at once.
-        if (events.enabled()) {
-            barrier_entered = std::chrono::steady_clock::now();
-            events.write("exit_barrier", [&] { return exit_barrier_event(round, std::nullopt); });
-        }
+        log_barrier_entered();  // first: a single node's cluster answers with the stop at once
         cluster->publish_finished();
     }
     finish_round_if_done();
 }
 
-void Agent::Impl::log_workers_started() {
-    if (!events.enabled()) return;
-    const auto now = std::chrono::steady_clock::now();
-    for (const auto& worker : workers.running_workers()) {
-        started_at[worker.pid] = now;
-        events.write("worker_start", [&] { return worker_start_event(round, worker); });
-    }
-}
-
 void Agent::Impl::on_round_stop(StopEvent event) {
     if (!stop_event) {
         stop_event = std::move(event);
-        events.write("stop", [&] { return round_stop_event(round, *stop_event, node_rank); });
-        if (barrier_entered)
-            events.write("exit_barrier", [&] {
-                return exit_barrier_event(round,
-                                          std::chrono::steady_clock::now() - *barrier_entered);
-            });
+        log_round_stop();
     }
     if (stop_event->kind == StopEvent::Kind::Failure &&
         stop_event->failure.kind == FailureKind::Hang && phase == Phase::Running)
@@ -314,11 +290,7 @@ int Agent::run() {
         if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw std::runtime_error("signal(SIGPIPE)");
         // Read from the first phase on: a launcher may be gone before the nodes ever meet.
         impl.watch_lifeline();
-        if (!impl.ctx.config.event_log.empty()) {
-            impl.events.open(impl.ctx.config.event_log, impl.ctx.host);
-            impl.events.set_node_rank(impl.node_rank);
-            impl.events.write("job_start", [&] { return job_start_event(impl.ctx, ::getpid()); });
-        }
+        impl.log_job_start();
 
         if (auto failed = impl.open()) return impl.job_end(*failed);
         const int code = impl.run_rounds();
@@ -329,12 +301,6 @@ int Agent::run() {
         spdlog::error("{}", e.what());
         return impl.job_end(exit_code::kInternal);
     }
-}
-
-int Agent::Impl::job_end(int exit_code) {
-    events.write("job_end",
-                 [&] { return job_end_event(exit_code, rounds_run, restarts_used, stop_event); });
-    return exit_code;
 }
 
 int Agent::Impl::run_rounds() {
