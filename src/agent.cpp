@@ -95,6 +95,8 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
 RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     phase = Phase::Running;
     stop_signal = 0;
+    started_at.clear();
+    barrier_entered.reset();
     if (hang_stop && hang_stop->capture.joinable()) hang_stop->capture.join();
     hang_stop.reset();
     auto started = workers.start(round, info);
@@ -106,10 +108,13 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
         // This node knows the outcome already: it does not wait for the abort to come back.
         stop_event = StopEvent{
             StopEvent::Kind::Abort, {}, started.error().message, started.error().exit_code};
+        log_round_stop();
         kill_now();
     } else if (stop_event && stop_event->kind != StopEvent::Kind::Done) {
+        log_workers_started();
         begin_stop(SIGTERM);  // another node failed while this one was still starting
     } else {
+        log_workers_started();
         watch_hangs();
     }
     spdlog::debug("round {}: {} worker(s) started, MASTER_ADDR={} MASTER_PORT={}", round,
@@ -179,6 +184,7 @@ int Agent::Impl::report_failure(const std::string& title) {
 void Agent::Impl::on_child_exit(pid_t pid, int status) {
     auto outcome = workers.on_exit(pid, status);
     if (!outcome) return;  // an orphan reparented to the agent; swept at the end of the round
+    log_worker_end(*outcome);
     hang_monitor.exited(outcome->rank);
     dump_exited(pid);
     if (outcome->failed() && phase == Phase::Running) {
@@ -187,12 +193,18 @@ void Agent::Impl::on_child_exit(pid_t pid, int status) {
         publish_failure(failure_record(*outcome));
     }
     // This node is done; the cluster decides when the round is (the exit barrier).
-    if (workers.running() == 0 && phase == Phase::Running) cluster->publish_finished();
+    if (workers.running() == 0 && phase == Phase::Running) {
+        log_barrier_entered();  // first: a single node's cluster answers with the stop at once
+        cluster->publish_finished();
+    }
     finish_round_if_done();
 }
 
 void Agent::Impl::on_round_stop(StopEvent event) {
-    if (!stop_event) stop_event = std::move(event);
+    if (!stop_event) {
+        stop_event = std::move(event);
+        log_round_stop();
+    }
     if (stop_event->kind == StopEvent::Kind::Failure &&
         stop_event->failure.kind == FailureKind::Hang && phase == Phase::Running)
         return begin_hang_stop();  // the stacks first, then the stop
@@ -246,6 +258,7 @@ void Agent::Impl::publish_signal(int signal, std::string message) {
 void Agent::Impl::publish_failure(FailureRecord record) {
     if (failure_published) return;
     failure_published = true;
+    events.write("failure", [&] { return failure_event(round, record); });
     cluster->publish_failure(std::move(record));
 }
 
@@ -277,15 +290,16 @@ int Agent::run() {
         if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw std::runtime_error("signal(SIGPIPE)");
         // Read from the first phase on: a launcher may be gone before the nodes ever meet.
         impl.watch_lifeline();
+        impl.log_job_start();
 
-        if (auto failed = impl.open()) return *failed;
+        if (auto failed = impl.open()) return impl.job_end(*failed);
         const int code = impl.run_rounds();
         // Whoever still waits to join (an elastic job's spares) learns that the job is over.
         impl.cluster->end_job(code);
-        return code;
+        return impl.job_end(code);
     } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
-        return exit_code::kInternal;
+        return impl.job_end(exit_code::kInternal);
     }
 }
 
@@ -299,6 +313,9 @@ int Agent::Impl::run_rounds() {
         }
         // An elastic job's leader numbers the rounds.
         round = info->round;
+        ++rounds_run;
+        events.set_node_rank(node_rank);
+        events.write("round", [&] { return round_event(*info); });
         const bool restarts_left = info->restart_count < max_restarts;
         RoundResult result = run_round(*info);
         if (result.kind == RoundResult::Kind::Failed && !restarts_left && shared_console()) {
@@ -319,14 +336,22 @@ int Agent::Impl::run_rounds() {
                                  signal_name(stop_signal));
                 return result.exit_code;
             case RoundResult::Kind::Reformed:
+                events.write("membership_change", [&] {
+                    return membership_change_event(round, stop_event ? stop_event->message : "");
+                });
                 continue;  // the membership changed: the next round, no restart used
             case RoundResult::Kind::Failed:
                 if (restarts_left) {
                     const bool hang = stop_event && stop_event->failure.kind == FailureKind::Hang;
-                    spdlog::warn("{}; restarting the workers ({} of {})",
-                                 hang ? "hang: " + stop_event->failure.message
-                                      : describe_failure(stop_event, workers.outcomes()),
+                    const std::string reason =
+                        hang ? "hang: " + stop_event->failure.message
+                             : describe_failure(stop_event, workers.outcomes());
+                    spdlog::warn("{}; restarting the workers ({} of {})", reason,
                                  info->restart_count + 1, max_restarts);
+                    ++restarts_used;
+                    events.write("restart", [&] {
+                        return restart_event(round, info->restart_count + 1, max_restarts, reason);
+                    });
                     continue;
                 }
                 if (stop_event && stop_event->failure.kind == FailureKind::Hang)

@@ -93,6 +93,7 @@ void Agent::Impl::look_for_hang() {
 void Agent::Impl::begin_hang_stop() {
     if (hang_timer) hang_timer->cancel();
     phase = Phase::Stopping;  // exits from here on are ddprun's doing, not failures
+    events.write("hang", [&] { return hang_event(round, stop_event->failure); });
     hang_stop = std::make_unique<HangStop>();
     hang_stop->workers = workers.running_workers();
     // Frozen first, on every node, as the stop reaches it: a worker killed for its

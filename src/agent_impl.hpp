@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ddprun/agent.hpp"
+#include "ddprun/event_log.hpp"
 #include "ddprun/hang_monitor.hpp"
 #include "ddprun/lifeline.hpp"
 #include "ddprun/ports.hpp"
@@ -53,6 +54,20 @@ struct Agent::Impl {
     bool kill_requested = false;          // another node asked every node to kill its workers
     bool left = false;                    // an elastic job's node leaving on a stop signal
     std::optional<StopEvent> stop_event;  // how the round ended job-wide
+
+    // --event-log (agent_events.cpp, event_log.hpp): off without it, and then nothing
+    // below is filled and each log_* returns at once.
+    EventLog events;
+    int rounds_run = 0;
+    int restarts_used = 0;
+    std::map<pid_t, std::chrono::steady_clock::time_point> started_at;  // this round's workers
+    std::optional<std::chrono::steady_clock::time_point> barrier_entered;
+    void log_job_start();  // opens the log first
+    void log_workers_started();
+    void log_worker_end(const WorkerOutcome& outcome);
+    void log_barrier_entered();
+    void log_round_stop();       // stop_event, just set; and the barrier left, if entered
+    int job_end(int exit_code);  // writes the job's end to the event log; returns exit_code
 
     Impl(LaunchContext context, ClusterFactory factory, WorkerGroup::Options worker_options)
         : ctx(std::move(context)),

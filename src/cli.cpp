@@ -336,6 +336,8 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     b.set("tee", config.tee, parse_streams);
     b.set("local_ranks_filter", config.local_ranks_filter, parse_rank_filter);
     b.set("log-prefix", config.log_prefix, parse_log_prefix);
+    b.set("event-log", config.event_log,
+          [](const Setting& s) { return parse_nonempty(s, "/var/log/ddprun/events.jsonl"); });
     resolve_verbosity(parsed, env, b, config);
 
     if (!b.error() && !scanned.program_index)

@@ -91,6 +91,8 @@ constexpr OptionSpec k_option_table[] = {
      "a worker must beat within SECS of its start [no bound]"},
     {"log-prefix", 0, "TEMPLATE", EnvDefault::Ddprun, k_ddprun,
      "{rank} {local_rank} {node_rank} {role} {round} [\"[{rank}]: \"]"},
+    {"event-log", 0, "PATH", EnvDefault::Ddprun, k_ddprun,
+     "append this node's events as JSON lines (docs/events.md)"},
     {"hosts", 0, "HOST[:SLOTS],...", EnvDefault::Ddprun, k_fan_out,
      "start an agent on each host (gpu[01-04]:8); the first is node 0"},
     {"hostfile", 0, "FILE", EnvDefault::Ddprun, k_fan_out,

@@ -283,7 +283,8 @@ int WorkerGroup::running() const {
 std::vector<WorkerGroup::Running> WorkerGroup::running_workers() const {
     std::vector<Running> running;
     for (const auto& w : m_impl->workers)
-        if (w.running) running.push_back(Running{w.spec.rank, w.spec.local_rank, w.pid});
+        if (w.running)
+            running.push_back(Running{w.spec.rank, w.spec.local_rank, w.pid, w.spec.devices});
     return running;
 }
 

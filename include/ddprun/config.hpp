@@ -164,6 +164,9 @@ struct LaunchConfig {
     // the store's port on node 0), print "ddprun-preflight VERSION", start nothing.
     bool preflight = false;
     bool dry_run = false;
+    // --event-log: one JSON line per event of this node's part of the job, appended
+    // (event_log.hpp, docs/events.md); empty: none.
+    std::string event_log;
     int verbosity = 0;  // -1 quiet (errors only), 0 info, 1 debug, 2 trace
 
     // Where the job's shape came from, for the log and --dry-run, so a user can

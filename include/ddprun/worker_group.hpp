@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ddprun/error.hpp"
@@ -77,6 +78,7 @@ class WorkerGroup {
         int rank = 0;
         int local_rank = 0;
         pid_t pid = -1;
+        std::string devices;  // its CUDA_VISIBLE_DEVICES as set; empty: left as inherited
     };
     std::vector<Running> running_workers() const;
     // Where a worker's files go under --log_dir (stdout.log, stderr.log, stacks.txt);
