@@ -2601,7 +2601,7 @@ def bench_hosts_lifeline(args, scratch, ssh, fake_worker):
     names = {"launcher": "the launcher SIGKILLed", "ssh": "host 2's ssh client SIGKILLed (connection dropped)"}
     for kind, values in samples.items():
         median, low, high = median_cells(values, scale=1, digits=3)
-        rows.append([names[kind], str(len(values)), f"{median} ({low}-{high})", "< 1 s (+ a heartbeat)"])
+        rows.append([names[kind], str(len(values)), f"{median} ({low}-{high})", "< 1 s"])
     print_table(
         "(l) the lifeline: a 3-host job over the same sshd, 1 sleeping worker each; s from the kill to "
         "every worker on every host gone, median (min-max)",
