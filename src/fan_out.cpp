@@ -244,7 +244,7 @@ std::optional<PreflightProblem> check_preflight(int status, std::string_view out
                             plan.remote_ddprun, theirs, version, "install one")};
         if (status == 0) return std::nullopt;
     }
-    if (auto error = line_after(err, "ddprun: error: "))
+    if (auto error = line_after(err, "ddprun: error: "); error && !error->empty())
         return PreflightProblem{status == 255 || status == 0 ? exit_code::kUsage : status, *error};
     std::string said = last_line(err);
     if (said.empty()) said = last_line(out);

@@ -210,6 +210,12 @@ std::string dry_run_text(const FanOutPlan& plan) {
     return text;
 }
 
+// Where a host's stream goes on the launcher's console: its stdout (stream 0)
+// to fd 1, its stderr (stream 1) to fd 2.
+int console_fd(std::size_t stream) {
+    return static_cast<int>(stream) + 1;
+}
+
 // Writes all of `data` to `fd`; a closed console (EPIPE) is dropped quietly.
 void write_all(int fd, std::string_view data) {
     while (!data.empty()) {
@@ -348,7 +354,7 @@ class Fleet {
         });
     }
 
-    void read(std::size_t index, int stream) {
+    void read(std::size_t index, std::size_t stream) {
         Host& host = m_hosts[index];
         host.streams[stream]->async_read_some(
             asio::buffer(host.buffers[stream]),
@@ -365,7 +371,7 @@ class Fleet {
             });
     }
 
-    void take(Host& host, int stream, std::string_view chunk) {
+    void take(Host& host, std::size_t stream, std::string_view chunk) {
         if (m_mode == RemoteMode::Preflight) {
             std::string& kept = host.kept[stream];
             kept.append(chunk.substr(0, k_kept_output - std::min(k_kept_output, kept.size())));
@@ -373,15 +379,15 @@ class Fleet {
         }
         m_out.clear();
         host.lines[stream].feed_prefixed(chunk, "", m_out);
-        write_all(stream + 1, std::string_view(m_out.data(), m_out.size()));
+        write_all(console_fd(stream), std::string_view(m_out.data(), m_out.size()));
         if (host.lines[stream].has_partial()) schedule_flush();
     }
 
-    void finish(Host& host, int stream) {
+    void finish(Host& host, std::size_t stream) {
         if (m_mode == RemoteMode::Preflight) return;
         host.lines[stream].finish([stream](const LineSplitter::Segment& segment) {
-            write_all(stream + 1, segment.text);
-            if (!segment.complete) write_all(stream + 1, "\n");
+            write_all(console_fd(stream), segment.text);
+            if (!segment.complete) write_all(console_fd(stream), "\n");
         });
     }
 
@@ -393,9 +399,9 @@ class Fleet {
             m_flush_pending = false;
             if (ec) return;
             for (Host& host : m_hosts)
-                for (int stream = 0; stream < 2; ++stream)
+                for (std::size_t stream = 0; stream < 2; ++stream)
                     host.lines[stream].flush_partial([stream](const LineSplitter::Segment& s) {
-                        write_all(stream + 1, s.text);
+                        write_all(console_fd(stream), s.text);
                     });
         });
     }

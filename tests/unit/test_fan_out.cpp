@@ -196,6 +196,9 @@ TEST(FanOutPreflight, EachAnswerIsOneLineWithTheRightCode) {
          "node 0's rendezvous port 1 is taken"},
         {2, "", "sh: 1: cd: can't cd to /home/me/my job\n", exit_code::kRendezvous,
          "exited 2: sh: 1: cd: can't cd to /home/me/my job"},
+        // An error line with nothing after it is no message: what else it said.
+        {2, "", "ddprun: error: \nsh: 1: cd: can't cd to /x\n", exit_code::kRendezvous,
+         "exited 2: sh: 1: cd: can't cd to /x"},
         {0, "hello\n", "", exit_code::kRendezvous,
          "/opt/ddprun/bin/ddprun answered, but not as ddprun does (is it ddprun? install it "
          "there, or give --remote-ddprun PATH)"},
