@@ -189,7 +189,8 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     const bool etcd = config.rdzv_backend == "etcd";
     const std::string endpoints =
         config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint;
-    auto split = split_endpoint(endpoints.substr(0, endpoints.find(',')), etcd ? 2379 : k_default_rdzv_port);
+    auto split =
+        split_endpoint(endpoints.substr(0, endpoints.find(',')), etcd ? 2379 : k_default_rdzv_port);
     if (!split) return std::unexpected(split.error());
     const Endpoint& endpoint = *split;
     if (etcd) {
