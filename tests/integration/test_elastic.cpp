@@ -88,6 +88,8 @@ class ElasticTest : public MultiNodeTest {
             int round = 0;
             Start start;
             const std::string name = entry.path().filename().string();
+            // Written under NAME.tmpPID, then renamed (fake_worker's `ready`): not yet there.
+            if (name.find(".tmp") != std::string::npos) continue;
             if (std::sscanf(name.c_str(), "r%d.%d.of%d.restart%d", &round, &start.rank,
                             &start.world, &start.restart) == 4)
                 by_round[round].push_back(start);
@@ -384,7 +386,10 @@ TEST_F(ElasticEtcdTest, LosingTheLeaderAndNode0IsSurvivedAndMasterAddrMoves) {
                 names.clear();
                 for (const auto& entry : fs::directory_iterator(m_dir)) {
                     std::string name = entry.path().filename().string();
-                    if (name.starts_with(prefix)) names.insert(name);
+                    // A worker's `ready` file is written under NAME.tmpPID, then renamed:
+                    // only the finished name counts.
+                    if (name.starts_with(prefix) && name.find(".tmp") == std::string::npos)
+                        names.insert(name);
                 }
                 return names.size() >= workers;
             },
