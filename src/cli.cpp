@@ -28,6 +28,7 @@
 
 #include "cli_options.hpp"
 #include "cli_values.hpp"
+#include "ddprun/fan_out.hpp"
 #include "ddprun/scheduler_env.hpp"
 
 #ifndef DDPRUN_VERSION
@@ -123,13 +124,6 @@ void resolve_verbosity(const std::vector<CLI::Option*>& parsed, const Environmen
             builder.fail(Setting{"LOGLEVEL", it->second}.error_hint(
                 "unknown level", "use DEBUG, INFO, WARNING, ERROR or CRITICAL"));
     }
-}
-
-bool is_variable_name(std::string_view name) {
-    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-    return std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-    });
 }
 
 // Options the launcher keeps to itself, or sets per host, and so never passes

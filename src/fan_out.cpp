@@ -15,13 +15,6 @@
 namespace ddprun {
 namespace {
 
-bool is_variable_name(std::string_view name) {
-    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-    return std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-    });
-}
-
 // The last line of `text` with something on it ("" if none).
 std::string last_line(std::string_view text) {
     std::string_view rest = text;
@@ -50,6 +43,13 @@ std::optional<std::string> line_after(std::string_view text, std::string_view ma
 }
 
 }  // namespace
+
+bool is_variable_name(std::string_view name) {
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+    return std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+}
 
 std::expected<std::vector<std::string>, std::string> split_words(std::string_view text) {
     std::vector<std::string> words;

@@ -61,6 +61,10 @@ struct FanOutPlan {
 // unreachable host must not hold the preflight for the TCP default (minutes).
 constexpr int k_ssh_connect_timeout_s = 10;
 
+// A name an environment variable may have (letters, digits, '_', not starting
+// with a digit): what --env and .ddprunenv accept.
+bool is_variable_name(std::string_view name);
+
 // The words of --ssh-command, split as sh would split them (single and double
 // quotes, backslash escapes; nothing is expanded). Errors: one line.
 std::expected<std::vector<std::string>, std::string> split_words(std::string_view text);
