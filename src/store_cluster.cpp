@@ -117,7 +117,7 @@ class StoreCluster final : public Cluster {
     }
 
     void publish_finished() override {
-        m_coordinator->publish_finished(m_round);
+        m_coordinator->publish_finished(m_round, m_node_rank);
         // The exit barrier: the others get barrier_timeout to finish too.
         m_barrier_timer.expires_after(m_coordinator->options().barrier_timeout);
         m_barrier_timer.async_wait([this](boost::system::error_code ec) {
@@ -189,7 +189,8 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     const bool etcd = config.rdzv_backend == "etcd";
     const std::string endpoints =
         config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint;
-    auto split = split_endpoint(endpoints.substr(0, endpoints.find(',')), etcd ? 2379 : k_default_rdzv_port);
+    auto split =
+        split_endpoint(endpoints.substr(0, endpoints.find(',')), etcd ? 2379 : k_default_rdzv_port);
     if (!split) return std::unexpected(split.error());
     const Endpoint& endpoint = *split;
     if (etcd) {
@@ -215,6 +216,7 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     options.store.port = endpoint.port;
     options.store.timeout = settings.read_timeout;
     options.run_id = config.rdzv_id;
+    options.secret = m_ctx.rdzv_secret;
     options.join_timeout = settings.join_timeout;
     options.heartbeat_timeout = settings.heartbeat_timeout;
     options.barrier_timeout = settings.exit_barrier_timeout;
