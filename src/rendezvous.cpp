@@ -330,12 +330,21 @@ bool Rendezvous::check_node_zero(int round, const NodeInfo& me,
 // which is this abort unless something was published first.
 std::string Rendezvous::abort_join(int round, const std::string& message, int exit_code,
                                    int nnodes) {
-    std::string result = m_store.compare_set(key(round, "result"), "",
-                                             detail::abort_json(message, exit_code, m_run_id));
     // Node 0 may be waiting for the others to join, the others for node 0, rather than
-    // for the result.
-    m_store.set(key(round, fmt::format("joined/{}", nnodes)), detail::joined_json(-1, nnodes));
-    m_store.set(key(round, "zero"), "");
+    // for the result: they are woken even when the result is a forged record.
+    auto wake = [&] {
+        m_store.set(key(round, fmt::format("joined/{}", nnodes)), detail::joined_json(-1, nnodes));
+        m_store.set(key(round, "zero"), "");
+    };
+    std::string result;
+    try {
+        result = m_store.compare_set(key(round, "result"), "",
+                                     detail::abort_json(message, exit_code, m_run_id));
+    } catch (const RecordRejected&) {
+        wake();
+        throw;
+    }
+    wake();
     return result;
 }
 
