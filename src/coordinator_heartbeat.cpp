@@ -215,7 +215,11 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 if (!host) {
                     const std::string leader_key = elastic_key(m_options.run_id, "hb/host");
                     std::optional<std::int64_t> beat;
-                    if (store->check({leader_key})) beat = to_integer(store->get(leader_key));
+                    try {
+                        if (store->check({leader_key})) beat = to_integer(store->get(leader_key));
+                    } catch (const RecordRejected&) {
+                        // No beat (warned by the store): the leader's next one replaces it.
+                    }
                     monitor->observe(0, beat, now);
                 }
             } else if (host) {

@@ -400,7 +400,11 @@ void ElasticLeader::Impl::check_heartbeats(Clock::time_point now) {
         if (agent == options.agent) continue;
         const std::string hb_key = key(fmt::format("hb/{}", agent));
         std::optional<std::int64_t> seq;
-        if (store->check({hb_key})) seq = to_integer(store->get(hb_key));
+        try {
+            if (store->check({hb_key})) seq = to_integer(store->get(hb_key));
+        } catch (const RecordRejected&) {
+            // No beat (warned by the store): the agent's next one replaces it.
+        }
         monitor.observe(agent, seq, now);
     }
     for (int agent : monitor.stale(now)) {
