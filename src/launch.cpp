@@ -138,8 +138,9 @@ std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
     ctx.config = config;
     ctx.env = env;
     // Before anything else: a --hosts agent's secret is the lifeline's first line. Not
-    // for the dry run, which neither needs nor shows it.
-    if (!config.dry_run) {
+    // for the dry run, which neither needs nor shows it, nor a --hosts preflight (the
+    // launcher holds the secret; a secret_file it was given may not exist on the host).
+    if (!config.dry_run && !config.preflight) {
         auto secret = read_agent_secret(config, env);
         if (!secret) return std::unexpected(secret.error());
         ctx.rdzv_secret = std::move(*secret);
