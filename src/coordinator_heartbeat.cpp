@@ -7,7 +7,6 @@
 #include <boost/asio/post.hpp>
 
 #include <cstdio>
-#include <optional>
 
 #include "ddprun/clock.hpp"
 #include "ddprun/coordinator.hpp"
@@ -111,7 +110,8 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     std::int64_t seq = 0;
     std::int64_t signals_seen = 0;
     bool kill_seen = false;
-    std::optional<HeartbeatMonitor::Clock::time_point> signal_gap_since;
+    // Since when the next counted signal's record is missing; the epoch: it is not.
+    HeartbeatMonitor::Clock::time_point signal_gap_since{};
     m_beat_done_ms = steady_ms();
     std::unique_lock lock(m_mutex);
     while (!m_closing) {
@@ -126,7 +126,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             if (m_round != round) {
                 round = m_round;
                 signals_seen = 0;
-                signal_gap_since.reset();
+                signal_gap_since = {};
                 kill_seen = false;
                 watched.clear();
                 round_started = now;
@@ -177,16 +177,17 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     const std::string signal_key =
                         rendezvous.key(round, fmt::format("signal/{}", signals_seen + 1));
                     if (!store->check({signal_key})) {
-                        if (!signal_gap_since) signal_gap_since = now;
-                        if (now - *signal_gap_since < timeout) break;
+                        if (signal_gap_since == HeartbeatMonitor::Clock::time_point{})
+                            signal_gap_since = now;
+                        if (now - signal_gap_since < timeout) break;
                         spdlog::warn(
                             "signal {} of round {} was counted but never written; "
                             "skipping it",
                             signals_seen + 1, round);
-                        signal_gap_since.reset();
+                        signal_gap_since = {};
                         continue;
                     }
-                    signal_gap_since.reset();
+                    signal_gap_since = {};
                     std::string text;
                     try {
                         text = store->get(signal_key);
