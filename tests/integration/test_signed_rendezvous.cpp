@@ -101,8 +101,11 @@ TEST_P(SignedRendezvous, AForgedRecordIsNeverActedOn) {
     const std::string go = path("go");
     // Mid-run, the workers wait for the test, so the forged record meets a running job;
     // each worker marks that it finished.
-    std::vector<std::string> actions = {"ready", path("ready.{rank}"), "wait-file", go,
-                                        "ready", path("done.{rank}")};
+    // Node 1's finish later: a forged finished count would then make node 0 declare the
+    // round Done while node 1's workers still run (a false success).
+    std::vector<std::string> actions = concat({{"ready", path("ready.{rank}"), "wait-file", go},
+                                               on_ranks({2, 3}, "sleep", "2"),
+                                               {"ready", path("done.{rank}")}});
     const std::string key = c.key == "/run_id" ? std::string("ddprun/run_id")
                                                : fmt::format("ddprun/{}/r0/{}", m_run_id, c.key);
     const std::string counter =
@@ -154,7 +157,11 @@ TEST_P(SignedRendezvous, AForgedRecordIsNeverActedOn) {
     // Whatever was ignored was reported, naming the key.
     if (c.outcome == Outcome::Ignored && c.key != "hb/1") {
         bool warned = false;
-        for (const auto& result : r) warned = warned || contains(result.err, key);
+        // (A forged finished/0 is overwritten by node 0's own before anyone reads it: the
+        // warning names the forged count.)
+        for (const auto& result : r)
+            warned = warned || contains(result.err, key) ||
+                     (!counter.empty() && contains(result.err, "'" + counter + "'"));
         EXPECT_TRUE(warned) << all;
     }
 }
