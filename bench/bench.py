@@ -1018,12 +1018,19 @@ def bench_failure(args, use_torchrun, helper, scratch, variants):
     def ms(seconds):
         return f"{seconds * 1e3:.0f}"
 
+    # Each row again with a job secret (signed_store.hpp): what signing costs.
+    secret = os.path.join(scratch, "secret")
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        out.write(os.urandom(32))
+    signed_extra = [f"--rdzv_conf=secret_file={secret}"]
+    variants = variants + [(label + ", signed", etcd, why_not) for label, etcd, why_not in variants]
     runnable = [(label, etcd) for label, etcd, why_not in variants if why_not is None]
     samples = {label: [] for label, _ in runnable}  # per run: [node 0, node 1] s after the failure
     codes = {label: set() for label, _ in runnable}
     for _ in range(args.job_reps):  # interleaved, so drift hits every variant alike
         for label, etcd in runnable:
-            argvs = ddprun_nodes_argv(args, 2, program, etcd=etcd)
+            extra = signed_extra if label.endswith(", signed") else ()
+            argvs = ddprun_nodes_argv(args, 2, program, etcd=etcd, extra=extra)
             failure, exits, tails = one_run(argvs)
             for argv, (_, code), tail in zip(argvs, exits, tails):
                 if code == 0:
@@ -1522,6 +1529,15 @@ def bench_rendezvous_simulated(args, c10d):
                 f"{goal_verdict(join_s[1024], SIMULATED_BUDGET_S)} (budget {SIMULATED_BUDGET_S:.0f} s)"
             )
         verdicts.append("; ".join(verdict))
+        # What a job secret costs (signed_store.hpp): the largest count again, every
+        # agent's records signed and checked.
+        signed = "c10d TCPStore, signed"
+        agents = max(args.rdzv_sim)
+        argv = [binary, str(agents), str(args.scale_reps), "--signed"]
+        _, runs = run(argv, stdout=subprocess.PIPE, consume=parse, limit_s=SCALE_LIMIT_S)
+        if len(runs) != args.scale_reps:
+            raise BenchError(f"`{' '.join(argv)}` printed {len(runs)} of {args.scale_reps} results")
+        add_row(signed, agents, runs)
     else:
         rows.append([store, "-", "no store plugin (built without libtorch)"] + ["-"] * 7)
 

@@ -16,7 +16,12 @@
 // this program and prints the table (bench/README.md).
 //
 //     rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd] [--limit=SECONDS] [--processes=K]
+//                      [--signed]
 //
+// --signed: every agent's connection is behind the job secret's guard
+// (signed_store.hpp), as an agent's with a secret is: what signing costs. Its
+// ops and bytes are the records' before signing (each signed record is 77
+// bytes longer on the wire).
 // Over etcd, agents that one process cannot hold (about 8 descriptors each)
 // run in K forked processes, as few as the hard RLIMIT_NOFILE allows unless
 // --processes says (agent_processes.hpp); then cpu_ms is the children's.
@@ -65,6 +70,7 @@
 #include "agent_processes.hpp"
 #include "ddprun/etcd_store.hpp"
 #include "ddprun/rendezvous.hpp"
+#include "ddprun/signed_store.hpp"
 #include "ddprun/store.hpp"
 #include "simulated_agents.hpp"
 #include "support/etcd_server.hpp"
@@ -202,6 +208,13 @@ std::vector<std::unique_ptr<Store>> open_etcd(int count, int port, int run) {
     return stores;
 }
 
+// --signed: the first `count` connections behind the guard, under one secret.
+void sign_all(std::vector<std::unique_ptr<Store>>& stores, std::size_t count) {
+    const std::string secret(ddprun::k_min_secret_bytes, 's');
+    for (std::size_t i = 0; i < count && i < stores.size(); ++i)
+        stores[i] = ddprun::sign_store(std::move(stores[i]), secret);
+}
+
 // What one run measured, whether its agents ran in this process or in several.
 struct RunFigures {
     Clock::time_point connect_start, connect_end, join_start, join_end;
@@ -211,8 +224,8 @@ struct RunFigures {
 
 // One join of `agents` agents, as threads of this process (`processes` 1) or
 // spread over that many children; returns false (having said why) if any failed.
-bool run_once(int agents, int processes, Backend backend, const ddprun::EtcdCluster* etcd, int run,
-              ChildPids& pids) {
+bool run_once(int agents, int processes, Backend backend, bool sign,
+              const ddprun::EtcdCluster* etcd, int run, ChildPids& pids) {
     EtcdCounters before;
     double etcd_cpu_before = 0;
     auto read_before = [&] {
@@ -228,6 +241,7 @@ bool run_once(int agents, int processes, Backend backend, const ddprun::EtcdClus
             connections = open_tcp(agents);
         else
             connections.stores = open_etcd(agents, etcd->client_ports().at(0), run);
+        if (sign) sign_all(connections.stores, static_cast<std::size_t>(agents));
         figures.connect_end = Clock::now();
         read_before();
         GroupOutcome group = run_agents(
@@ -239,7 +253,12 @@ bool run_once(int agents, int processes, Backend backend, const ddprun::EtcdClus
     } else {
         const int port = etcd->client_ports().at(0);
         AgentProcesses children(
-            agents, processes, [port, run](int, int count) { return open_etcd(count, port, run); },
+            agents, processes,
+            [port, run, sign](int, int count) {
+                auto stores = open_etcd(count, port, run);
+                if (sign) sign_all(stores, stores.size());
+                return stores;
+            },
             k_timeout, pids);
         figures.connect_start = children.connect_start();
         figures.connect_end = children.connect_end();
@@ -336,7 +355,7 @@ class GiveUp {
 int usage() {
     std::fprintf(stderr,
                  "usage: rendezvous_scale AGENTS [RUNS] [--backend=tcp|etcd] [--limit=SECONDS] "
-                 "[--processes=K]  (AGENTS >= 2; K: etcd only, at most AGENTS)\n");
+                 "[--processes=K] [--signed]  (AGENTS >= 2; K: etcd only, at most AGENTS)\n");
     return 2;
 }
 
@@ -347,6 +366,7 @@ int main(int argc, char** argv) {
     Backend backend = Backend::Tcp;
     int limit_s = 0;
     int processes = 0;  // 0: as few as the descriptor limit allows
+    bool sign = false;
     for (int i = 1; i < argc; ++i) {
         std::string_view arg = argv[i];
         if (arg == "--backend=tcp" || arg == "--backend=c10d") {
@@ -356,6 +376,8 @@ int main(int argc, char** argv) {
         } else if (arg.starts_with("--limit=")) {
             limit_s = std::atoi(argv[i] + std::strlen("--limit="));
             if (limit_s <= 0) return usage();
+        } else if (arg == "--signed") {
+            sign = true;
         } else if (arg.starts_with("--processes=")) {
             processes = std::atoi(argv[i] + std::strlen("--processes="));
             if (processes <= 0) return usage();
@@ -439,7 +461,7 @@ int main(int argc, char** argv) {
     });
     try {
         for (int run = 0; run < runs; ++run) {
-            if (!run_once(agents, processes, backend, etcd.get(), run, children)) return 1;
+            if (!run_once(agents, processes, backend, sign, etcd.get(), run, children)) return 1;
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "rendezvous_scale: %s\n", e.what());

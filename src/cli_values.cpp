@@ -283,6 +283,15 @@ Parsed<RendezvousSettings> parse_rdzv_conf(const Setting& s) {
                 "history show it); write it to a file readable only by you and pass "
                 "--rdzv_conf user=NAME,password_file=PATH",
                 s.label)));
+        } else if (key == "secret") {
+            // Not s.error(): that would print the secret back.
+            return std::unexpected(usage_error(fmt::format(
+                "{} secret=...: a job secret is never taken on the command line (ps and shell "
+                "history show it); write at least 32 random bytes to a file readable only by you "
+                "and pass --rdzv_conf secret_file=PATH (or set DDPRUN_RDZV_SECRET_FILE)",
+                s.label)));
+        } else if (key == "secret_file") {
+            conf.secret_file = value;
         } else if (std::string* field = etcd_access_field(conf.etcd, key)) {
             *field = value;
         } else if (key == "protocol") {

@@ -8,6 +8,7 @@
 #include "ddprun/clock.hpp"
 #include "ddprun/etcd_liveness.hpp"
 #include "ddprun/logging.hpp"
+#include "ddprun/signed_store.hpp"
 #include "ddprun/text.hpp"
 
 #include <cstdio>
@@ -26,7 +27,9 @@ constexpr std::chrono::milliseconds k_wait_slice{500};
 std::expected<std::unique_ptr<Coordinator>, Error> Coordinator::open(asio::io_context& io,
                                                                      Options options) {
     try {
-        auto store = options.etcd ? open_etcd_store(*options.etcd) : open_tcp_store(options.store);
+        auto store = sign_store(
+            options.etcd ? open_etcd_store(*options.etcd) : open_tcp_store(options.store),
+            options.secret);
         return std::unique_ptr<Coordinator>(
             new Coordinator(io, std::move(options), std::move(store)));
     } catch (const StoreError& e) {
@@ -39,6 +42,8 @@ Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<
     m_rendezvous = std::make_unique<Rendezvous>(*m_store, m_options.run_id);
     m_ops_store = m_store->clone();
     m_ops_rendezvous = std::make_unique<Rendezvous>(*m_ops_store, m_options.run_id);
+    m_rendezvous->set_authenticated(!m_options.secret.empty());
+    m_ops_rendezvous->set_authenticated(!m_options.secret.empty());
     m_ops = std::make_unique<asio::thread_pool>(1);
     m_round_nnodes = m_options.me.fingerprint.nnodes;
     if (m_options.etcd)
@@ -296,10 +301,10 @@ void Coordinator::share_progress(int round, int node_rank, std::vector<RankProgr
     });
 }
 
-void Coordinator::publish_finished(int round) {
-    asio::post(*m_ops, [this, round] {
+void Coordinator::publish_finished(int round, int node_rank) {
+    asio::post(*m_ops, [this, round, node_rank] {
         try {
-            m_ops_rendezvous->publish_finished(round, nnodes());
+            m_ops_rendezvous->publish_finished(round, nnodes(), node_rank);
         } catch (const StoreError& e) {
             // E.g. a stray client wrote garbage under the round's keys: the barrier can never
             // complete, so the round ends now, on every node, saying why.
@@ -369,8 +374,15 @@ std::optional<Error> Coordinator::check_run_id() {
     const std::string me = fmt::format("node {} ({})", m_options.me.node_rank, m_options.me.host);
     const std::string& program = m_options.me.fingerprint.program;
     try {
-        std::string first =
-            m_store->compare_set("ddprun/run_id", "", mine + "\n" + me + "\n" + program);
+        std::string first;
+        try {
+            first = m_store->compare_set("ddprun/run_id", "", mine + "\n" + me + "\n" + program);
+        } catch (const RecordRejected&) {
+            // Warned by the store. Nothing is decided on it: the join that follows is signed
+            // throughout, and fails on every node at once if another agent's secret differs
+            // (or it has none), which a failure here alone would not (node 0 would wait).
+            return std::nullopt;
+        }
         std::size_t at = 0;
         auto field = [&first, &at] {
             auto newline = std::min(first.find('\n', at), first.size());

@@ -12,6 +12,7 @@
 #include "ddprun/coordinator.hpp"
 #include "ddprun/etcd_liveness.hpp"
 #include "ddprun/logging.hpp"
+#include "ddprun/signed_store.hpp"
 #include "ddprun/text.hpp"
 
 namespace asio = boost::asio;
@@ -35,6 +36,19 @@ FailureRecord node_lost(int node, const std::string& why) {
     record.message =
         fmt::format("node {} stopped answering ({}: killed, frozen or cut off)", node, why);
     return record;
+}
+
+// Whether the round's "kill" (which exists) is a record of this job: one that is not
+// signed with its secret is ignored (the store warns once), so that nobody without
+// the secret stops a healthy job. A genuine kill overwrites it (a set, not a
+// compare_set), and is seen at a later beat.
+bool genuine_kill(Store& store, const std::string& kill_key) {
+    try {
+        store.get(kill_key);
+        return true;
+    } catch (const RecordRejected&) {
+        return false;
+    }
 }
 
 }  // namespace
@@ -96,6 +110,8 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     std::int64_t seq = 0;
     std::int64_t signals_seen = 0;
     bool kill_seen = false;
+    // Since when the next counted signal's record is missing; the epoch: it is not.
+    HeartbeatMonitor::Clock::time_point signal_gap_since{};
     m_beat_done_ms = steady_ms();
     std::unique_lock lock(m_mutex);
     while (!m_closing) {
@@ -110,6 +126,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             if (m_round != round) {
                 round = m_round;
                 signals_seen = 0;
+                signal_gap_since = {};
                 kill_seen = false;
                 watched.clear();
                 round_started = now;
@@ -144,16 +161,39 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 rendezvous.beat(round, node_rank, ++seq);
             if (round < 0) {
                 // Not in a round yet (an elastic agent waiting to join).
-            } else if (m_on_kill && !kill_seen && store->check({rendezvous.key(round, "kill")})) {
+            } else if (m_on_kill && !kill_seen && store->check({rendezvous.key(round, "kill")}) &&
+                       genuine_kill(*store, rendezvous.key(round, "kill"))) {
                 kill_seen = true;
                 asio::post(m_io, [this] { m_on_kill(); });
             }
             if (m_on_signal && round >= 0) {
                 // Signals other agents broadcast since the last beat (--broadcast-signals).
+                // The count only says that records may be there: each is read signed. A
+                // number without its record (the sender is between its add and its set, or
+                // someone without the secret added) is waited for until heartbeat_timeout,
+                // then skipped, so that a forged count holds no later signal back.
                 std::int64_t count = store->add(rendezvous.key(round, "signals"), 0);
                 for (; signals_seen < count; ++signals_seen) {
-                    auto text = store->get(
-                        rendezvous.key(round, fmt::format("signal/{}", signals_seen + 1)));
+                    const std::string signal_key =
+                        rendezvous.key(round, fmt::format("signal/{}", signals_seen + 1));
+                    if (!store->check({signal_key})) {
+                        if (signal_gap_since == HeartbeatMonitor::Clock::time_point{})
+                            signal_gap_since = now;
+                        if (now - signal_gap_since < timeout) break;
+                        spdlog::warn(
+                            "signal {} of round {} was counted but never written; "
+                            "skipping it",
+                            signals_seen + 1, round);
+                        signal_gap_since = {};
+                        continue;
+                    }
+                    signal_gap_since = {};
+                    std::string text;
+                    try {
+                        text = store->get(signal_key);
+                    } catch (const RecordRejected&) {
+                        continue;  // warned by the store: a forged signal is ignored
+                    }
                     int signal = 0;
                     int origin = -1;
                     if (std::sscanf(text.c_str(), "%d %d", &signal, &origin) != 2 || signal <= 0 ||
@@ -176,7 +216,11 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 if (!host) {
                     const std::string leader_key = elastic_key(m_options.run_id, "hb/host");
                     std::optional<std::int64_t> beat;
-                    if (store->check({leader_key})) beat = to_integer(store->get(leader_key));
+                    try {
+                        if (store->check({leader_key})) beat = to_integer(store->get(leader_key));
+                    } catch (const RecordRejected&) {
+                        // No beat (warned by the store): the leader's next one replaces it.
+                    }
                     monitor->observe(0, beat, now);
                 }
             } else if (host) {

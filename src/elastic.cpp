@@ -14,6 +14,7 @@
 
 #include "ddprun/config.hpp"
 #include "ddprun/logging.hpp"
+#include "ddprun/signed_store.hpp"
 #include "ddprun/text.hpp"
 #include "records_internal.hpp"
 
@@ -86,6 +87,7 @@ std::optional<Error> ElasticMember::ended(Store& store, const std::string& run_i
         detail::quote_value(run_id), (*closed)->message));
 }
 
+// A forged add to "arrivals" only skips agent ids.
 int ElasticMember::arrive(Store& store, const std::string& run_id) {
     return static_cast<int>(store.add(elastic_key(run_id, "arrivals"), 1) - 1);
 }
@@ -94,6 +96,8 @@ std::string ElasticMember::heartbeat_key(bool leader) const {
     return elastic_key(m_run_id, leader ? std::string("hb/host") : fmt::format("hb/{}", m_agent));
 }
 
+// A forged add to "events" numbers an event nobody writes: the leader skips the gap
+// (skip_gap); a forged event record is skipped too (run).
 void ElasticMember::post(const std::string& event) {
     const int leader = m_leader;
     std::int64_t number = m_store.add(queue_key(m_run_id, leader, "events"), 1);
@@ -290,6 +294,10 @@ void ElasticLeader::Impl::run() {
         try {
             store->wait({event_key}, slice);
             text = store->get(event_key);
+        } catch (const RecordRejected&) {
+            ++next_event;  // warned by the store: a forged event is skipped, never acted on
+            gap_since.reset();
+            continue;
         } catch (const StoreError& error) {
             if (!timed_out(error)) throw;
         }
@@ -392,7 +400,11 @@ void ElasticLeader::Impl::check_heartbeats(Clock::time_point now) {
         if (agent == options.agent) continue;
         const std::string hb_key = key(fmt::format("hb/{}", agent));
         std::optional<std::int64_t> seq;
-        if (store->check({hb_key})) seq = to_integer(store->get(hb_key));
+        try {
+            if (store->check({hb_key})) seq = to_integer(store->get(hb_key));
+        } catch (const RecordRejected&) {
+            // No beat (warned by the store): the agent's next one replaces it.
+        }
         monitor.observe(agent, seq, now);
     }
     for (int agent : monitor.stale(now)) {
@@ -405,6 +417,9 @@ void ElasticLeader::Impl::check_heartbeats(Clock::time_point now) {
     }
 }
 
+// The count carries no MAC: a forged add only makes the leader stop re-forming the
+// round (it waits for the nodes to finish); the round's Done stop is written by
+// publish_finished() alone, which checks every node's signed record with a secret.
 void ElasticLeader::Impl::check_finishing() {
     if (planner.running() && store->add(rounds.key(planner.round(), "finished"), 0) > 0)
         planner.finishing();

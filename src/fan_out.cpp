@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "ddprun/exit_codes.hpp"
+#include "ddprun/job_secret.hpp"
 #include "ddprun/text.hpp"
 
 namespace ddprun {
@@ -118,6 +119,8 @@ std::string remote_command(const FanOutPlan& plan, std::size_t index, RemoteMode
         std::erase_if(env, [](const auto& v) { return v.first == "CUDA_VISIBLE_DEVICES"; });
         env.emplace_back("CUDA_VISIBLE_DEVICES", devices);
     }
+    if (mode == RemoteMode::Run && plan.secret_on_stdin)
+        env.emplace_back(k_secret_on_stdin_variable, "1");
     std::string command = fmt::format("cd -- {} && exec ", shell_quote(plan.cwd));
     if (!env.empty()) {
         command += "env";

@@ -30,12 +30,14 @@
 #include "ddprun/exit_codes.hpp"
 #include "ddprun/fan_out.hpp"
 #include "ddprun/fd.hpp"
+#include "ddprun/job_secret.hpp"
 #include "ddprun/line_splitter.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/process_tree.hpp"
 #include "ddprun/program.hpp"
 #include "ddprun/signal_reader.hpp"
 #include "ddprun/signals.hpp"
+#include "ddprun/signed_store.hpp"
 
 namespace ddprun {
 namespace {
@@ -177,6 +179,16 @@ std::expected<FanOutPlan, PlanError> make_plan(const LaunchConfig& config, const
     auto variables = remote_environment(env, files, fan.env);
     if (!variables) return std::unexpected(PlanError{exit_code::kUsage, variables.error()});
     plan.env = std::move(*variables);
+    for (const auto& [name, value] : plan.env)
+        if (name == k_secret_variable || name == k_secret_on_stdin_variable)
+            return std::unexpected(PlanError{
+                exit_code::kUsage,
+                fmt::format("{} (--env or .ddprunenv) would put the job's secret on every "
+                            "host's command line: the launcher hands the agents the secret "
+                            "on their standard input; set it in the launcher's environment "
+                            "or --rdzv_conf secret_file=PATH",
+                            name)});
+    plan.secret_on_stdin = true;
 
     plan.flags = fan.agent_options;
     plan.program.push_back(config.program);
@@ -264,8 +276,15 @@ std::expected<pid_t, Error> spawn_host(const std::vector<std::string>& argv, int
 // loop that serves them.
 class Fleet {
   public:
-    Fleet(const FanOutPlan& plan, RemoteMode mode, const LaunchConfig& config)
-        : m_plan(plan), m_mode(mode), m_config(config), m_flush(m_io) {}
+    // `secret`: Run, the job's secret, each agent's first lifeline line (job_secret.hpp).
+    Fleet(const FanOutPlan& plan, RemoteMode mode, const LaunchConfig& config,
+          std::string secret = {})
+        : m_plan(plan),
+          m_mode(mode),
+          m_config(config),
+          m_flush(m_io),
+          m_secret_line(secret.empty() ? std::string()
+                                       : std::string(k_secret_line) + to_hex(secret) + "\n") {}
 
     struct Host {
         pid_t pid = -1;
@@ -301,7 +320,12 @@ class Fleet {
                                   out_write.get(), err_write.get());
             if (!pid) return fail_start(pid.error());
             host.pid = *pid;
-            if (host.lifeline) ::fcntl(host.lifeline.get(), F_SETFL, O_NONBLOCK);
+            if (host.lifeline) {
+                // Before anything else on the lifeline: the pipe is empty, so the line (65
+                // bytes and a prefix) fits its buffer and this write does not block.
+                if (!m_secret_line.empty()) write_all(host.lifeline.get(), m_secret_line);
+                ::fcntl(host.lifeline.get(), F_SETFL, O_NONBLOCK);
+            }
             host.streams[0] =
                 std::make_unique<asio::posix::stream_descriptor>(m_io, out_read.release());
             host.streams[1] =
@@ -480,6 +504,7 @@ class Fleet {
     std::vector<Host> m_hosts;
     OutputBuffer m_out;
     asio::steady_timer m_flush;
+    std::string m_secret_line;  // "secret HEX\n", or empty
     bool m_flush_pending = false;
     int m_stops = 0;
     int m_ended_by = 0;
@@ -566,11 +591,18 @@ int run_fan_out(const LaunchConfig& config, const Environment& env) {
         spdlog::error("{}", limit.error().message);
         return limit.error().exit_code;
     }
+    // The user's secret, else one of the job's own: the agents never run without one.
+    auto secret = read_user_secret(config.rendezvous, env);
+    if (!secret) {
+        spdlog::error("{}", secret.error().message);
+        return secret.error().exit_code;
+    }
+    if (secret->empty()) *secret = make_secret();
     ::signal(SIGPIPE, SIG_IGN);  // a host's lifeline may be closed when a signal is relayed
     if (auto failed = preflight(*plan, config)) return *failed;
     spdlog::info("starting {} agent{} (run id {}, store at {})", plan->hosts.size(),
                  plan->hosts.size() == 1 ? "" : "s", plan->run_id, plan->endpoint);
-    Fleet fleet(*plan, RemoteMode::Run, config);
+    Fleet fleet(*plan, RemoteMode::Run, config, std::move(*secret));
     if (auto started = fleet.start(); !started) {
         spdlog::error("{}", started.error().message);
         return exit_code::kInternal;

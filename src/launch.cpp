@@ -12,6 +12,7 @@
 #include "ddprun/devices.hpp"
 #include "ddprun/etcd_client.hpp"
 #include "ddprun/fan_out.hpp"
+#include "ddprun/job_secret.hpp"
 #include "ddprun/logging.hpp"
 #include "ddprun/ports.hpp"
 #include "ddprun/program.hpp"
@@ -136,6 +137,15 @@ std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
     LaunchContext& ctx = prepared.context;
     ctx.config = config;
     ctx.env = env;
+    // Before anything else: a --hosts agent's secret is the lifeline's first line. Not
+    // for the dry run, which neither needs nor shows it, nor a --hosts preflight (the
+    // launcher holds the secret; a secret_file it was given may not exist on the host).
+    if (!config.dry_run && !config.preflight) {
+        auto secret = read_agent_secret(config, env);
+        if (!secret) return std::unexpected(secret.error());
+        ctx.rdzv_secret = std::move(*secret);
+    }
+    forget_secret_variables(ctx.env);  // never the workers'
     DeviceSources sources;
     // Binding needs each device's PCI bus id, which may cost an NVML start-up.
     sources.locate_inherited = config.numa_binding != NumaBinding::None;

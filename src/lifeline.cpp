@@ -24,6 +24,9 @@ std::string shown(std::string_view line, std::size_t length) {
 }
 
 LifelineMessage bad(std::string_view line, std::size_t length) {
+    // A secret line that reached the reader (an agent without the marker) is never echoed.
+    if (line.starts_with("secret "))
+        return {LifelineMessage::Kind::Bad, 0, "'secret ...' (a job secret, not shown)"};
     return {LifelineMessage::Kind::Bad, 0, shown(line, length)};
 }
 

@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddprun/config.hpp"
+#include "ddprun/signed_store.hpp"
 #include "ddprun/text.hpp"
 #include "records_internal.hpp"
 
@@ -50,7 +51,13 @@ std::vector<T> read_node_lists(Store& store, const std::vector<std::string>& key
     std::vector<T> all;
     for (const auto& node_key : keys) {
         if (!store.check({node_key})) continue;
-        auto items = parse(store.get(node_key), node_key, run_id);
+        std::string record;
+        try {
+            record = store.get(node_key);
+        } catch (const RecordRejected&) {
+            continue;  // warned by the store; a report goes on without it
+        }
+        auto items = parse(record, node_key, run_id);
         if (!items) {
             spdlog::warn("{}", items.error());
             continue;
@@ -111,7 +118,11 @@ void Rendezvous::report_waiting() {
                               detail::describe_nodes(missing));
         m_store.set(waiting_key, waiting);
     } else if (m_store.check({waiting_key})) {
-        waiting = m_store.get(waiting_key);
+        try {
+            waiting = m_store.get(waiting_key);
+        } catch (const RecordRejected&) {
+            return;  // warned by the store; only a progress line is lost
+        }
     }
     auto elapsed = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - m_join.start);
     auto bound = std::chrono::duration_cast<std::chrono::seconds>(m_join.deadline - m_join.start);
@@ -145,6 +156,8 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
                 me.node_rank = 0;
             } else {
                 // The store's host is node 0; without one the first to come is.
+                // A forged add here can only make a rank out of range or leave one that
+                // nobody claims: the join then fails (75), naming it.
                 std::int64_t assigned = m_store.add(key(round, "assign"), 1) - (hosted ? 0 : 1);
                 if (assigned >= nnodes) {
                     if (auto ended = ended_before(round)) return std::unexpected(*ended);
@@ -199,6 +212,8 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
         // that count. An agent that expects another count than node 0 ends the round.
         const bool agrees = me.node_rank == 0 ||
                             check_node_zero(round, me, claimed.peeked.back(), claimed.revision);
+        // "joined" carries no MAC: a forged add can only wake node 0 early (it then waits
+        // for every node's signed record) or skip the count (the join times out, 75).
         if (agrees && claimed.count == nnodes)
             m_store.set(key(round, fmt::format("joined/{}", claimed.count)),
                         detail::joined_json(me.node_rank, nnodes));
@@ -315,12 +330,21 @@ bool Rendezvous::check_node_zero(int round, const NodeInfo& me,
 // which is this abort unless something was published first.
 std::string Rendezvous::abort_join(int round, const std::string& message, int exit_code,
                                    int nnodes) {
-    std::string result = m_store.compare_set(key(round, "result"), "",
-                                             detail::abort_json(message, exit_code, m_run_id));
     // Node 0 may be waiting for the others to join, the others for node 0, rather than
-    // for the result.
-    m_store.set(key(round, fmt::format("joined/{}", nnodes)), detail::joined_json(-1, nnodes));
-    m_store.set(key(round, "zero"), "");
+    // for the result: they are woken even when the result is a forged record.
+    auto wake = [&] {
+        m_store.set(key(round, fmt::format("joined/{}", nnodes)), detail::joined_json(-1, nnodes));
+        m_store.set(key(round, "zero"), "");
+    };
+    std::string result;
+    try {
+        result = m_store.compare_set(key(round, "result"), "",
+                                     detail::abort_json(message, exit_code, m_run_id));
+    } catch (const RecordRejected&) {
+        wake();
+        throw;
+    }
+    wake();
     return result;
 }
 
@@ -362,8 +386,33 @@ StopEvent Rendezvous::publish_failure(int round, const FailureRecord& record) {
         m_run_id);
 }
 
-bool Rendezvous::publish_finished(int round, int nnodes) {
-    if (m_store.add(key(round, "finished"), 1) != nnodes) return false;
+bool Rendezvous::publish_finished(int round, int nnodes, int node_rank) {
+    if (!m_authenticated) {
+        if (m_store.add(key(round, "finished"), 1) != nnodes) return false;
+    } else {
+        // The count carries no MAC: it only says when to look. Every node's record is
+        // written before its add, so the add that makes the count genuinely complete
+        // finds them all; one that finds some missing was helped by a forged add, and
+        // a later node's add (the count then past nnodes) looks again.
+        if (node_rank >= 0) m_store.set(key(round, fmt::format("finished/{}", node_rank)), "1");
+        if (m_store.add(key(round, "finished"), 1) < nnodes) return false;
+        std::vector<std::string> keys;
+        for (int rank = 0; rank < nnodes; ++rank)
+            keys.push_back(key(round, fmt::format("finished/{}", rank)));
+        if (!m_store.check(keys)) {
+            spdlog::warn(
+                "the count under '{}' reached {} before every node said it finished: "
+                "someone without this job's secret added to it; waiting for the "
+                "nodes themselves",
+                key(round, "finished"), nnodes);
+            return false;
+        }
+        try {
+            m_store.wait_get(keys, std::chrono::seconds(5));
+        } catch (const RecordRejected&) {
+            return false;  // warned by the store: not every node's own word
+        }
+    }
     m_store.compare_set(key(round, "stop"), "", detail::done_stop_json(m_run_id));
     return true;
 }
@@ -418,6 +467,8 @@ std::vector<RankProgress> Rendezvous::read_progress(int round, int nnodes, int e
 
 void Rendezvous::acknowledge(int round, int node_rank, int nnodes) {
     m_store.set(key(round, fmt::format("ack/{}", node_rank)), "1");
+    // A forged add can only make the store's host leave early, after every node saw the
+    // stop; a node that still needs the store then loses it (75), never succeeds by it.
     if (m_store.add(key(round, "acks"), 1) == nnodes) m_store.set(key(round, "acked"), "1");
 }
 
@@ -441,7 +492,7 @@ void Rendezvous::beat(int round, int node_rank, std::int64_t seq) {
 std::optional<std::int64_t> Rendezvous::read_heartbeat(int round, int node_rank) {
     std::string hb_key = key(round, fmt::format("hb/{}", node_rank));
     if (!m_store.check({hb_key})) return std::nullopt;
-    return to_integer(m_store.get(hb_key));
+    return read_beat(hb_key);
 }
 
 std::vector<std::optional<std::int64_t>> Rendezvous::read_heartbeats(int round, int nnodes) {
@@ -453,11 +504,22 @@ std::vector<std::optional<std::int64_t>> Rendezvous::read_heartbeats(int round, 
     bool all = m_store.check(keys);
     for (const auto& hb_key : keys) {
         if (all || m_store.check({hb_key}))
-            seqs.push_back(to_integer(m_store.get(hb_key)));
+            seqs.push_back(read_beat(hb_key));
         else
             seqs.push_back(std::nullopt);
     }
     return seqs;
+}
+
+// A beat that is not signed with the job's secret is no beat (warned by the store):
+// the node's next beat overwrites it; a stray that keeps writing makes the node look
+// lost, which ends the job (75), never a false success.
+std::optional<std::int64_t> Rendezvous::read_beat(const std::string& hb_key) {
+    try {
+        return to_integer(m_store.get(hb_key));
+    } catch (const RecordRejected&) {
+        return std::nullopt;
+    }
 }
 
 }  // namespace ddprun

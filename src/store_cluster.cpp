@@ -117,7 +117,7 @@ class StoreCluster final : public Cluster {
     }
 
     void publish_finished() override {
-        m_coordinator->publish_finished(m_round);
+        m_coordinator->publish_finished(m_round, m_node_rank);
         // The exit barrier: the others get barrier_timeout to finish too.
         m_barrier_timer.expires_after(m_coordinator->options().barrier_timeout);
         m_barrier_timer.async_wait([this](boost::system::error_code ec) {
@@ -216,6 +216,7 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
     options.store.port = endpoint.port;
     options.store.timeout = settings.read_timeout;
     options.run_id = config.rdzv_id;
+    options.secret = m_ctx.rdzv_secret;
     options.join_timeout = settings.join_timeout;
     options.heartbeat_timeout = settings.heartbeat_timeout;
     options.barrier_timeout = settings.exit_barrier_timeout;

@@ -75,7 +75,8 @@ struct RendezvousSettings {
     std::chrono::milliseconds exit_barrier_timeout{300000};
     std::chrono::milliseconds last_call_timeout{30000};
     std::chrono::milliseconds close_timeout{30000};
-    EtcdAccess etcd;  // protocol, ca_cert, ssl_cert, ssl_cert_key, user, password_file
+    EtcdAccess etcd;          // protocol, ca_cert, ssl_cert, ssl_cert_key, user, password_file
+    std::string secret_file;  // the job secret's file (job_secret.hpp); the secret, never here
     std::map<std::string, std::string> other;
 };
 

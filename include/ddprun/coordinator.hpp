@@ -40,6 +40,9 @@ class Coordinator {
         // for messages); no agent hosts the store, node 0 watches the others.
         std::optional<EtcdStoreOptions> etcd;
         std::string run_id;
+        // The job secret (signed_store.hpp): every record is signed and checked with it.
+        // Empty: none, and a signed record is refused.
+        std::string secret;
         NodeInfo me;  // node_rank -1: assigned at join
         std::chrono::milliseconds join_timeout{600000};
         std::chrono::milliseconds heartbeat_timeout{15000};
@@ -95,7 +98,7 @@ class Coordinator {
     void share_progress(int round, int node_rank, std::vector<RankProgress> mine,
                         std::chrono::milliseconds bound,
                         std::function<void(std::vector<RankProgress>)> done);
-    void publish_finished(int round);
+    void publish_finished(int round, int node_rank);
 
     // Blocking (bounded by the store timeout): gives the round up on every
     // node, e.g. when this agent got a signal during the join.

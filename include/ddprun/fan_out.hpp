@@ -55,6 +55,10 @@ struct FanOutPlan {
     std::string endpoint;              // node 0's store: given, or master_addr:port
     std::string run_id;                // --rdzv_id, or a fresh one
     int verbosity = 0;
+    // The agents read the job's secret from their lifeline's first line, before
+    // anything else (job_secret.hpp): their command line gets
+    // DDPRUN_RDZV_SECRET_ON_STDIN=1, never the secret, which is not in the plan.
+    bool secret_on_stdin = false;
 };
 
 // Why the launcher is given a connect timeout (ssh's ConnectTimeout): an
@@ -81,6 +85,7 @@ enum class RemoteMode { Preflight, Run };
 //   --node_rank=I --nproc_per_node=P --local_addr=HOST --master_addr=M
 //   --rdzv_endpoint=E --rdzv_id=ID FLAGS... PROGRAM ARGS...
 // Node 0's --local_addr is M (the agents take MASTER_ADDR from node 0's address).
+// Run with secret_on_stdin: DDPRUN_RDZV_SECRET_ON_STDIN=1 is the last variable.
 // A host narrowed by --include/--exclude also gets CUDA_VISIBLE_DEVICES=its slots.
 std::string remote_command(const FanOutPlan& plan, std::size_t index, RemoteMode mode);
 
@@ -131,7 +136,9 @@ constexpr std::string_view k_preflight_answer = "ddprun-preflight ";
 int fan_out_exit_code(const std::vector<int>& statuses);
 
 // `ddprun --hosts ...`: plans, preflights and runs the job on its hosts (or,
-// with --dry-run, prints each host's command line). Returns the exit code.
+// with --dry-run, prints each host's command line). The job's secret is the
+// user's (job_secret.hpp) or 32 fresh random bytes; each agent gets it as the
+// first line of its lifeline. Returns the exit code.
 int run_fan_out(const LaunchConfig& config, const Environment& env);
 
 }  // namespace ddprun

@@ -29,6 +29,7 @@ struct LaunchContext {
     std::string log_dir;                // "" or the --log_dir (possibly a temp dir for -r/-t)
     std::string host;                   // this node's name, for reports
     std::string etcd_password;          // read from --rdzv_conf password_file (etcd backend)
+    std::string rdzv_secret;            // the job secret (job_secret.hpp); empty: none
 };
 
 struct PreparedLaunch {
@@ -38,8 +39,9 @@ struct PreparedLaunch {
     std::string dry_run_plan;
 };
 
-// Errors: a usage error (2) for devices, nproc, binding, --log_dir or the etcd
-// backend's TLS and password files (--rdzv_conf); 126/127
+// Errors: a usage error (2) for devices, nproc, binding, --log_dir, the etcd
+// backend's TLS and password files (--rdzv_conf) or the job secret; 75 for a
+// --hosts launcher's secret that did not come; 126/127
 // for the program; 70 when no temporary directory can be made.
 std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
                                                     const Environment& env);

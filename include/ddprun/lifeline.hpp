@@ -10,9 +10,10 @@
 //                 its workers at once and makes every other node do the same
 // Any other line is warned about and ignored; a line longer than
 // k_lifeline_max_line is one bad line, never buffered whole.
-// Reserved: a later version will send the job's secret as the first line
-// (authenticating the store's records); an agent of this version reads it as
-// a bad line and goes on.
+// The first line is the job's secret, "secret HEX", when the agent's command
+// line has DDPRUN_RDZV_SECRET_ON_STDIN=1: the agent reads it before anything
+// else (job_secret.hpp), so this reader never sees it; one that does (no
+// marker) warns without showing it.
 #pragma once
 
 #include <cstddef>

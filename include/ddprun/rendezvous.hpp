@@ -73,8 +73,15 @@ class Rendezvous {
 
     // This node's workers all succeeded (the exit barrier). The call that
     // completes the count of `nnodes` stops the round as Done and returns
-    // true. Throws StoreError.
-    bool publish_finished(int round, int nnodes);
+    // true. Authenticated (a job secret): each node first writes its own signed
+    // "finished/<node_rank>", and a count of `nnodes` or more stops the round
+    // only once all of them are there and signed, so that a forged add never
+    // makes a false success. Throws StoreError.
+    bool publish_finished(int round, int nnodes, int node_rank = -1);
+
+    // With a job secret (signed_store.hpp): counters that decide something are
+    // confirmed by signed records (publish_finished).
+    void set_authenticated(bool authenticated) { m_authenticated = authenticated; }
 
     // Blocks until the round stops or `timeout` passes. Never throws: a lost
     // store is a StopEvent too. Meant for its own thread and Store::clone().
@@ -151,6 +158,9 @@ class Rendezvous {
     Store& m_store;
     std::string m_run_id;
     std::string m_agent_id;
+    std::optional<std::int64_t> read_beat(const std::string& hb_key);
+
+    bool m_authenticated = false;
     std::chrono::milliseconds m_progress_interval = std::chrono::seconds(30);
     ProgressReport m_report_progress;
     JoinClock m_join;

@@ -30,6 +30,7 @@
 #include "ddprun/host_plan.hpp"
 #include "ddprun/hostlist.hpp"
 #include "ddprun/rendezvous.hpp"
+#include "ddprun/signed_store.hpp"
 // The elastic protocol's own records (the event queue, the answers) are not
 // public: the fuzz targets see src/ for them.
 #include "ddprun/hang_monitor.hpp"
@@ -393,6 +394,33 @@ inline std::string check_fan_out(std::string_view data) {
     return {};
 }
 
+// The input is a stored record read under a job secret (signed_store.hpp): the
+// check never throws, refuses in one line naming the key, and what it accepts
+// signs back to a record it accepts with the same value. Without a secret,
+// only a record that looks signed is refused.
+inline std::string check_signed_record(std::string_view data) {
+    const std::string secret(32, 's');
+    const std::string key = "ddprun/job/r0/stop";
+    try {
+        auto opened = ddprun::open_record(secret, key, data);
+        if (!opened) {
+            if (std::string broken = check_one_line("open_record", opened.error()); !broken.empty())
+                return broken;
+            if (opened.error().find(key) == std::string::npos)
+                return "open_record's refusal does not name the key";
+        } else if (ddprun::open_record(secret, key, ddprun::sign_record(secret, key, *opened)) !=
+                   opened) {
+            return "a record open_record accepted does not survive signing its value again";
+        }
+        auto unsigned_read = ddprun::open_record("", key, data);
+        if (unsigned_read.has_value() == data.starts_with(ddprun::k_signed_prefix))
+            return "without a secret, open_record must refuse exactly the signed-looking records";
+    } catch (const std::exception& error) {
+        return std::string("open_record threw: ") + error.what();
+    }
+    return {};
+}
+
 struct Target {
     std::string_view name;  // also the directory of its corpus and regressions
     std::string (*check)(std::string_view);
@@ -404,7 +432,7 @@ inline constexpr Target k_targets[] = {
     {"hostlist", check_hostlist},   {"round_result", check_round_result},
     {"elastic", check_elastic},     {"file_timer", check_file_timer},
     {"progress", check_progress},   {"hosts", check_hosts},
-    {"fan_out", check_fan_out},
+    {"fan_out", check_fan_out},     {"signed_record", check_signed_record},
 };
 
 }  // namespace ddprun_fuzz

@@ -6,6 +6,7 @@
 //
 //   store_client HOST PORT set KEY VALUE [set KEY VALUE ...]
 //   store_client HOST PORT wait KEY [set KEY VALUE ...]   wait (10 s at most) until KEY exists
+//   store_client HOST PORT add KEY N ...                  add N to the counter KEY
 //
 // It reaches the store through ddprun's own Store API and plugin (the c10d
 // TCPStore client), so it speaks the same protocol as the agents.
@@ -24,7 +25,7 @@ namespace {
 constexpr int k_usage_exit = 64;
 
 int usage() {
-    std::cerr << "usage: store_client HOST PORT {set KEY VALUE | wait KEY}...\n";
+    std::cerr << "usage: store_client HOST PORT {set KEY VALUE | add KEY N | wait KEY}...\n";
     return k_usage_exit;
 }
 
@@ -44,6 +45,9 @@ int main(int argc, char** argv) {
         for (std::size_t at = 2; at < args.size();) {
             if (args[at] == "set" && at + 2 < args.size()) {
                 store->set(args[at + 1], args[at + 2]);
+                at += 3;
+            } else if (args[at] == "add" && at + 2 < args.size()) {
+                store->add(args[at + 1], std::stoll(args[at + 2]));
                 at += 3;
             } else if (args[at] == "wait" && at + 1 < args.size()) {
                 store->wait({args[at + 1]}, std::chrono::seconds(10));
