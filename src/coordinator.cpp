@@ -48,7 +48,7 @@ Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<
     m_round_nnodes = m_options.me.fingerprint.nnodes;
     if (m_options.etcd)
         m_entry = std::make_unique<EtcdLiveness>(*m_options.etcd, m_options.run_id,
-                                                 m_options.heartbeat_timeout);
+                                                 m_options.heartbeat_timeout, m_options.secret);
 }
 
 std::optional<Error> Coordinator::arrive() {
@@ -104,6 +104,11 @@ void Coordinator::lead(int lost_leader, std::vector<int> alive) {
     leader.leases = m_options.etcd.has_value();
     leader.lost_leader = lost_leader;
     leader.alive = std::move(alive);
+    leader.on_untrusted = [this](std::string why) {
+        asio::post(m_io, [this, why = std::move(why)] {
+            if (m_on_lost) m_on_lost("the elastic job's leader stopped: " + why);
+        });
+    };
     m_leader = std::make_unique<ElasticLeader>(m_store->clone(), std::move(leader));
     m_leader->start();
 }

@@ -51,10 +51,20 @@ bool genuine_kill(Store& store, const std::string& kill_key) {
     }
 }
 
+// Why the heartbeat thread gives up after a store error: given up by the others, or
+// a record the job secret refuses (e.g. the leader key), says it all; anything else
+// is the store's loss.
+std::string store_failure(const StoreError& e) {
+    if (e.kind() == StoreError::Kind::GivenUp || dynamic_cast<const RecordRejected*>(&e))
+        return e.what();
+    return std::string("lost the rendezvous store: ") + e.what();
+}
+
 }  // namespace
 
 void Coordinator::start_heartbeats(int node_rank, LostHandler on_lost) {
     if (m_heartbeat.joinable()) return;
+    m_on_lost = on_lost;
     m_heartbeat = std::thread(
         [this, node_rank, on_lost = std::move(on_lost)] { heartbeat_loop(node_rank, on_lost); });
 }
@@ -84,7 +94,8 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     // and the watchers see the deletion (etcd_liveness.hpp).
     std::unique_ptr<EtcdLiveness> liveness;
     if (m_options.etcd) {
-        liveness = std::make_unique<EtcdLiveness>(*m_options.etcd, m_options.run_id, timeout);
+        liveness = std::make_unique<EtcdLiveness>(*m_options.etcd, m_options.run_id, timeout,
+                                                  m_options.secret);
         // An elastic agent holds its lease from its arrival on (arrive()).
         if (elastic) liveness->follow(-1, m_entered_lease, 0);
     }
@@ -258,9 +269,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             }
         } catch (const StoreError& e) {
             if (m_closing && liveness) return;  // its etcd calls were cancelled: closing
-            std::string msg = e.kind() == StoreError::Kind::GivenUp
-                                  ? std::string(e.what())
-                                  : std::string("lost the rendezvous store: ") + e.what();
+            std::string msg = store_failure(e);
             if (elastic && !liveness) msg += k_store_host_is_vital;
             asio::post(m_io, [on_lost, msg] { on_lost(msg); });
             return;
@@ -290,7 +299,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 }
             } catch (const StoreError& e) {
                 if (m_closing) return;  // cancelled: the agent is closing
-                std::string msg = std::string("lost the rendezvous store: ") + e.what();
+                std::string msg = store_failure(e);
                 asio::post(m_io, [on_lost, msg] { on_lost(msg); });
                 return;
             }

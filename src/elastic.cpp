@@ -255,6 +255,8 @@ void ElasticLeader::start() {
     m_thread = std::thread([impl = m_impl.get()] {
         try {
             impl->run();
+        } catch (const RecordRejected& error) {
+            if (impl->options.on_untrusted) impl->options.on_untrusted(error.what());
         } catch (const StoreError& error) {
             spdlog::error("the elastic job's leader lost its store: {}", error.what());
         }

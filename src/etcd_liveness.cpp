@@ -4,7 +4,9 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include "ddprun/signed_store.hpp"
 #include "ddprun/text.hpp"
 
 namespace ddprun {
@@ -29,13 +31,18 @@ int node_of(const std::string& name, const std::string& prefix) {
 }  // namespace
 
 EtcdLiveness::EtcdLiveness(const EtcdStoreOptions& options, std::string run_id,
-                           std::chrono::milliseconds ttl)
+                           std::chrono::milliseconds ttl, std::string secret)
     : m_client(options.client),
+      m_secret(std::move(secret)),
       m_key_prefix(options.prefix + run_id + "/"),
       m_ttl_seconds(std::max<std::int64_t>(2, (ttl.count() + 999) / 1000)) {}
 
 std::string EtcdLiveness::round_prefix() const {
     return fmt::format("r{}/alive/", m_round);
+}
+
+std::string EtcdLiveness::sealed(const std::string& name, const std::string& value) const {
+    return m_secret.empty() ? value : sign_record(m_secret, m_key_prefix + name, value);
 }
 
 std::int64_t EtcdLiveness::hold(const std::string& name, const std::string& value) {
@@ -46,7 +53,7 @@ std::int64_t EtcdLiveness::hold(const std::string& name, const std::string& valu
             throw StoreError(StoreError::Kind::Other, "etcd granted no lease: " + grant.dump());
     }
     json put = m_client.call("/v3/kv/put", {{"key", etcd_base64(m_key_prefix + name)},
-                                            {"value", etcd_base64(value)},
+                                            {"value", etcd_base64(sealed(name, value))},
                                             {"lease", std::to_string(m_lease)}});
     return header_revision(put);
 }
@@ -77,26 +84,31 @@ void EtcdLiveness::keep_alive() {
 
 EtcdLiveness::Held EtcdLiveness::campaign(const std::string& name, const std::string& value) {
     if (m_lease == 0) throw StoreError(StoreError::Kind::Other, "no etcd lease to campaign with");
-    const std::string key = etcd_base64(m_key_prefix + name);
+    const std::string full_key = m_key_prefix + name;
+    const std::string key = etcd_base64(full_key);
     json txn = {{"compare", json::array({{{"key", key},
                                           {"target", "CREATE"},
                                           {"result", "EQUAL"},
                                           {"create_revision", "0"}}})},
                 {"success", json::array({{{"request_put",
                                            {{"key", key},
-                                            {"value", etcd_base64(value)},
+                                            {"value", etcd_base64(sealed(name, value))},
                                             {"lease", std::to_string(m_lease)}}}}})},
                 {"failure", json::array({{{"request_range", {{"key", key}}}}})}};
     json answer = m_client.call("/v3/kv/txn", txn);
     Held held{value, header_revision(answer)};
     if (answer.value("succeeded", false)) return held;
-    held.value.clear();
+    std::string stored;
     if (answer.contains("responses") && answer["responses"].is_array())
         for (const json& response : answer["responses"]) {
             const json& range = response.value("response_range", json::object());
             if (range.contains("kvs") && range["kvs"].is_array() && !range["kvs"].empty())
-                held.value = etcd_unbase64(range["kvs"][0].value("value", std::string()));
+                stored = etcd_unbase64(range["kvs"][0].value("value", std::string()));
         }
+    // Whoever holds the key decides who leads: a holder's value must be signed.
+    auto opened = open_record(m_secret, full_key, stored);
+    if (!opened) throw RecordRejected(full_key, opened.error());
+    held.value = std::move(*opened);
     return held;
 }
 
@@ -135,14 +147,24 @@ std::vector<int> EtcdLiveness::lost_until(const std::vector<int>& watched,
 
 std::vector<std::string> EtcdLiveness::present(const std::string& name) {
     const std::string key = m_key_prefix + name;
-    json answer = m_client.call("/v3/kv/range", {{"key", etcd_base64(key)},
-                                                 {"range_end", etcd_base64(prefix_end(key))},
-                                                 {"keys_only", true}});
+    // The values too, with a secret: a key another program put is no agent.
+    json request = {{"key", etcd_base64(key)}, {"range_end", etcd_base64(prefix_end(key))}};
+    if (m_secret.empty()) request["keys_only"] = true;
+    json answer = m_client.call("/v3/kv/range", request);
     std::vector<std::string> names;
     if (answer.contains("kvs") && answer["kvs"].is_array())
         for (const json& kv : answer["kvs"]) {
             std::string full = etcd_unbase64(kv.value("key", std::string()));
-            if (full.starts_with(key)) names.push_back(full.substr(key.size()));
+            if (!full.starts_with(key)) continue;
+            if (!m_secret.empty()) {
+                auto opened =
+                    open_record(m_secret, full, etcd_unbase64(kv.value("value", std::string())));
+                if (!opened) {
+                    if (m_warned.insert(full).second) spdlog::warn("{}; ignored", opened.error());
+                    continue;
+                }
+            }
+            names.push_back(full.substr(key.size()));
         }
     return names;
 }

@@ -185,6 +185,7 @@ class Coordinator {
     std::atomic<bool> m_closing{false};
     std::atomic<bool> m_watch_cancelled{false};  // the round ended: the watcher returns
     SignalHandler m_on_signal;
+    LostHandler m_on_lost;  // start_heartbeats()'s, on the main thread: a leader that stops
     std::function<void(std::string)> m_on_spare;
     std::atomic<int> m_round_nnodes{1};
     std::atomic<bool> m_join_cancelled{false};

@@ -116,6 +116,10 @@ class ElasticLeader {
         // whose lease was alive when it won.
         int lost_leader = -1;
         std::vector<int> alive;
+        // A record it must act on (a round's result or stop, its predecessor's
+        // state, a departure) fails the job secret's check: it stops leading and
+        // says why here (its agent ends the job, 75), as it cannot lead from it.
+        std::function<void(std::string)> on_untrusted;
     };
     ElasticLeader(std::unique_ptr<Store> store, Options options);
     ~ElasticLeader();

@@ -11,10 +11,18 @@
 // workers start (so that a node is watched from its first worker on), the
 // heartbeat thread's follows it, keeps the lease alive and watches the others.
 // Names are relative to the job's keys (the prefix and the run id).
+//
+// With a job secret (signed_store.hpp) every value put here is signed over its
+// full key and checked where it is read: a leader key another program wrote
+// fails the election in one line naming it (75), an alive key it wrote is
+// ignored with a warning (a phantom agent never joins a round). Deletions carry
+// no value: a stray client that deletes keys can end a job (a denial of
+// service, as deleting any record is), never make one succeed.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,8 +34,8 @@ namespace ddprun {
 class EtcdLiveness {
   public:
     // `ttl`: heartbeat_timeout (etcd rounds a TTL up to whole seconds, at least 2).
-    EtcdLiveness(const EtcdStoreOptions& options, std::string run_id,
-                 std::chrono::milliseconds ttl);
+    EtcdLiveness(const EtcdStoreOptions& options, std::string run_id, std::chrono::milliseconds ttl,
+                 std::string secret = {});
 
     // Puts `name` under this agent's lease (granted on the first call); returns
     // the revision of the put. Throws StoreError.
@@ -44,6 +52,7 @@ class EtcdLiveness {
 
     // Puts `name` = `value` under this agent's lease unless it exists: returns
     // the value it holds after the call (whoever won), and the revision then.
+    // Throws RecordRejected when the value held fails the secret's check.
     struct Held {
         std::string value;
         std::int64_t revision = 0;
@@ -60,7 +69,8 @@ class EtcdLiveness {
     // The nodes among `watched` whose round key disappeared (enter or follow).
     std::vector<int> lost_until(const std::vector<int>& watched,
                                 std::chrono::steady_clock::time_point deadline);
-    // The names under `name` (ending in '/') that exist now, without it.
+    // The names under `name` (ending in '/') that exist now, without it; one whose
+    // value fails the secret's check is left out (warned about once).
     std::vector<std::string> present(const std::string& name);
     // The nodes among `watched` that have no key in the current round.
     std::vector<int> missing(const std::vector<int>& watched);
@@ -69,9 +79,12 @@ class EtcdLiveness {
 
   private:
     std::string round_prefix() const;  // of the current round's keys, relative
+    std::string sealed(const std::string& name, const std::string& value) const;
 
     EtcdClient m_client;
-    std::string m_key_prefix;  // the store's prefix and the run id
+    std::string m_secret;            // empty: none; signed values are then refused
+    std::set<std::string> m_warned;  // keys whose values were refused
+    std::string m_key_prefix;        // the store's prefix and the run id
     std::int64_t m_ttl_seconds;
     std::int64_t m_lease = 0;
     int m_round = -1;

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "ddprun/etcd_client.hpp"
+#include "ddprun/etcd_store.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
 #include "support/etcd_server.hpp"
@@ -144,6 +145,35 @@ class ElasticTest : public MultiNodeTest {
                 return answer.contains("kvs");
             },
             20s);
+    }
+
+    // The job's secret (issue 14) in a file of mode 0600, for every agent.
+    void give_secret(Job& job) const {
+        const std::string file = m_dir + "/secret";
+        write_text_file(file, "0123456789abcdef0123456789abcdef", 0600);
+        ::chmod(file.c_str(), 0600);
+        job.conf["secret_file"] = file;
+    }
+
+    // A stray client without the secret writes `value` under the job's key
+    // "ddprun/<run id>/`name`", through the store's own protocol (over c10d, the
+    // store the agent at 127.0.0.1 hosts).
+    void stray_set(const std::string& name, const std::string& value) {
+        const std::string key = fmt::format("ddprun/{}/{}", m_run_id, name);
+        if (etcd()) {
+            ddprun::EtcdStoreOptions options;
+            options.client = {{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s};
+            ddprun::open_etcd_store(options)->set(key, value);
+            return;
+        }
+#ifdef STORE_CLIENT
+        const std::string log = m_dir + "/store_client.log";
+        const std::string command = fmt::format("{} 127.0.0.1 {} set '{}' '{}' >{} 2>&1",
+                                                STORE_CLIENT, m_port, key, value, log);
+        ASSERT_EQ(std::system(command.c_str()), 0) << read_text_file(log);
+#else
+        GTEST_SKIP() << "built without libtorch: no store client";
+#endif
     }
 
     // Stops every agent still running (SIGTERM to each: the job ends as a scheduler's
@@ -569,6 +599,100 @@ TEST_P(ElasticBackendTest, PytorchTrainingGoesOnAcrossAScaleUpAndAScaleDown) {
     // Over etcd the leaver may have led the job; the line then says so too.
     EXPECT_EQ(own_lines_with(r[0].err, {"left (SIGTERM);", "now 2 nodes"}).size(), 1u)
         << describe_all(r);
+}
+
+// --- a job secret (issue 14): records a stray client forges -------------------
+
+// A forged "the job has ended" would send a newcomer home with 0: with a secret it is
+// one line naming the key, 75, and the job goes on.
+TEST_P(ElasticBackendTest, AForgedEndOfTheJobIsRefusedAndTheJobGoesOn) {
+    Job job = elastic_job(1, 3);
+    give_secret(job);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    ASSERT_TRUE(wait_round(0, 1, agents));
+    stray_set("e/closed", R"({"kind":"finished","round":0,"message":"","exit_code":0})");
+    if (HasFatalFailure()) return;
+    auto late = start_at(job, 2);
+    auto r_late = late->wait();
+    EXPECT_EQ(r_late.exit_code, k_rendezvous_exit) << r_late.describe();
+    EXPECT_EQ(
+        own_lines_with(r_late.err, {"error", "e/closed'", "not signed with this job's secret"})
+            .size(),
+        1u)
+        << r_late.describe();
+    ASSERT_TRUE(agents[0]->running()) << stderr_of(agents);
+    EXPECT_EQ(rounds().size(), 1u) << "the refused newcomer must not have re-formed the job";
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143})) << describe_all(r);
+}
+
+// A forged membership of the next round (another master) where the leader's own would
+// go: the leader cannot form the round; it says why and its agent ends with 75. No
+// worker starts from it. Over c10d the leader's agent hosts the store: the job ends
+// with 75 on every node. Over etcd the others elect a successor, which goes on in a
+// round of its own numbering (the forged one is never read again).
+TEST_P(ElasticBackendTest, AForgedNextRoundStopsItsLeaderAndStartsNoWorker) {
+    Job job = elastic_job(1, 3);
+    give_secret(job);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    ASSERT_TRUE(wait_round(0, 1, agents));
+    stray_set("r1/result",
+              R"({"kind":"membership","round":1,"restarts":0,"change":"","master_addr":)"
+              R"("6.6.6.6","master_port":1,"nnodes":2,"nproc":[[1,1]]})");
+    if (HasFatalFailure()) return;
+    agents.push_back(start_at(job, 2));
+    if (etcd()) {
+        ASSERT_TRUE(agents[0]->wait_exit_for(20s)) << stderr_of(agents);
+        ASSERT_TRUE(wait_round(2, 1, agents));
+    }
+    auto r = etcd() ? stop_all(agents) : wait_nodes(agents);
+    const std::string all = describe_all(r);
+    EXPECT_EQ(exit_codes(r),
+              (std::vector<int>{k_rendezvous_exit, etcd() ? 143 : k_rendezvous_exit}))
+        << all;
+    EXPECT_EQ(own_lines_with(r[0].err, {"error", "r1/result'", "not signed with this job's secret"})
+                  .size(),
+              1u)
+        << all;
+    EXPECT_FALSE(rounds().contains(1)) << "a worker started from a forged round\n" << all;
+    auto live = wait_job_gone(k_orphan_grace);
+    EXPECT_TRUE(live.empty()) << describe(live);
+}
+
+// The leader key decides who leads: one another program put fails the join in one line.
+TEST_F(ElasticEtcdTest, AForgedLeaderKeyFailsTheJoinInOneLine) {
+    Job job = elastic_job(1, 3);
+    give_secret(job);
+    stray_set("e/leader", "5");
+    auto agent = start_at(job, 1);
+    auto r = agent->wait();
+    EXPECT_EQ(r.exit_code, k_rendezvous_exit) << r.describe();
+    EXPECT_EQ(own_lines_with(r.err, {"e/leader'", "not signed with this job's secret"}).size(), 1u)
+        << r.describe();
+    EXPECT_TRUE(rounds().empty()) << r.describe();
+}
+
+// An alive key another program put is no agent: a successor that takes over from a lost
+// leader warns about it and forms the next round from the agents that are there.
+TEST_F(ElasticEtcdTest, AForgedAliveKeyIsNoAgentForASuccessor) {
+    Job job = elastic_job(1, 3);
+    give_secret(job);
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    ASSERT_TRUE(wait_round(0, 1, agents));
+    agents.push_back(start_at(job, 2));
+    ASSERT_TRUE(wait_round(1, 2, agents));
+    stray_set("e/alive/77", "1");
+    kill_node(*agents[0]);
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(wait_round(2, 1, agents));
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{137, 143})) << describe_all(r);
+    EXPECT_EQ(own_lines_with(r[1].err, {"e/alive/77'", "not signed", "ignored"}).size(), 1u)
+        << describe_all(r);
+    EXPECT_EQ(own_lines_with(r[1].err, {"leads it now"}).size(), 1u) << describe_all(r);
 }
 
 }  // namespace

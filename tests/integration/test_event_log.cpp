@@ -497,7 +497,10 @@ TEST_F(EventLogMultiNode, AnElasticJobLogsTheMembershipChange) {
         EXPECT_FALSE(changes[0]["change"].get<std::string>().empty());
         auto rounds = named(events, "round");
         ASSERT_GE(rounds.size(), 2u) << story;
-        EXPECT_EQ(rounds.size(), changes.size() + 1) << story;
+        // Every round after the first follows a change; the last change may be one the
+        // SIGTERMs caused, with no round after it (the node's own signal came first).
+        EXPECT_GE(rounds.size(), changes.size()) << story;
+        EXPECT_LE(rounds.size(), changes.size() + 1) << story;
         EXPECT_EQ(rounds[0]["world_size"], 2);
         EXPECT_EQ(rounds[1]["world_size"], 3);
         EXPECT_EQ(rounds[1]["restart_count"], 0) << "a membership change is not a restart";
