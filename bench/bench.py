@@ -994,6 +994,14 @@ def goal_verdict(value, goal):
 FAILURE_GOAL_S = 0.1  # (d) over etcd: every agent gone within this of the failure
 
 
+def secret_flags(scratch):
+    """A job secret (32 random bytes, mode 0600) for the signed rows: its flags."""
+    secret = os.path.join(scratch, "secret")
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        out.write(os.urandom(32))
+    return [f"--rdzv_conf=secret_file={secret}"]
+
+
 def bench_failure(args, use_torchrun, helper, scratch, variants):
     """(d): how long a job outlives its first failure, across nodes."""
     stamp = os.path.join(scratch, "failed-at")
@@ -1019,10 +1027,7 @@ def bench_failure(args, use_torchrun, helper, scratch, variants):
         return f"{seconds * 1e3:.0f}"
 
     # Each row again with a job secret (signed_store.hpp): what signing costs.
-    secret = os.path.join(scratch, "secret")
-    with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
-        out.write(os.urandom(32))
-    signed_extra = [f"--rdzv_conf=secret_file={secret}"]
+    signed_extra = secret_flags(scratch)
     variants = variants + [(label + ", signed", etcd, why_not) for label, etcd, why_not in variants]
     runnable = [(label, etcd) for label, etcd, why_not in variants if why_not is None]
     samples = {label: [] for label, _ in runnable}  # per run: [node 0, node 1] s after the failure
@@ -1092,7 +1097,7 @@ def bench_failure(args, use_torchrun, helper, scratch, variants):
 JOB_GOAL_S = 0.2  # (e) over etcd: the job within this of the same processes by hand
 
 
-def bench_jobs(args, use_torchrun, have_python_torch, variants):
+def bench_jobs(args, use_torchrun, have_python_torch, variants, scratch):
     """(e): a real 2x2 training job: launcher vs the same processes by hand."""
     train = args.train or os.path.join(os.path.dirname(args.ddprun), "examples", "train")
     if not os.access(train, os.X_OK):
@@ -1100,11 +1105,18 @@ def bench_jobs(args, use_torchrun, have_python_torch, variants):
         train = None
     ddp_train = os.path.normpath(os.path.join(HERE, "..", "examples", "ddp_train.py"))
 
-    def launchers(program_argv, by_hand_argv):
-        """{launcher: () -> argvs, or why it cannot run} for one job."""
+    def launchers(program_argv, by_hand_argv, signed=False):
+        """{launcher: () -> argvs, or why it cannot run} for one job; `signed`: each
+        ddprun row again with a job secret (what signing costs the join and the end)."""
         tools = {"by hand (limit)": lambda: [["bash", "-c", shell_loop_nodes(NNODES, 2, by_hand_argv)]]}
         for label, etcd, why_not in variants:
             tools[label] = why_not or (lambda etcd=etcd: ddprun_nodes_argv(args, 2, program_argv, etcd=etcd))
+        if signed:
+            extra = secret_flags(scratch)
+            for label, etcd, why_not in variants:
+                tools[label + ", signed"] = why_not or (
+                    lambda etcd=etcd: ddprun_nodes_argv(args, 2, program_argv, etcd=etcd, extra=extra)
+                )
         if use_torchrun:
             tools["torchrun"] = lambda: torchrun_nodes_argv(2, program_argv)
         return tools
@@ -1112,7 +1124,7 @@ def bench_jobs(args, use_torchrun, have_python_torch, variants):
     jobs = []  # (title, {launcher: () -> argvs})
     # The launchers' own share: rendezvous and start, no training.
     true_argv = [shutil.which("true") or "/usr/bin/true"]
-    jobs.append(("`true` (the launch alone)", launchers(true_argv, true_argv)))
+    jobs.append(("`true` (the launch alone)", launchers(true_argv, true_argv, signed=True)))
     if train is not None:
         train_argv = [train, "--steps", "20"]
         jobs.append(
@@ -2157,7 +2169,7 @@ def bench_multinode(args, use_torchrun, scratch):
         if multinode and "failure" in wanted and helper is not None:
             bench_failure(args, use_torchrun, helper, scratch, variants)
         if multinode and "jobs" in wanted:
-            bench_jobs(args, use_torchrun, torch_version() != "?", variants)
+            bench_jobs(args, use_torchrun, torch_version() != "?", variants, scratch)
         if multinode and "node-memory" in wanted:
             bench_node_memory(args, use_torchrun, helper, scratch, variants)
         if "restart" in wanted and helper is not None:

@@ -20,7 +20,7 @@ build_dir=${BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-$(nproc)}
 seconds=${FUZZ_SECONDS:-20}
 cxx=${FUZZ_CXX:-clang++-14}
-all_targets=(cli error_file node_info failure_record hostlist round_result elastic file_timer progress hosts fan_out)
+all_targets=(cli error_file node_info failure_record hostlist round_result elastic file_timer progress hosts fan_out signed_record)
 targets=("$@")
 ((${#targets[@]} > 0)) || targets=("${all_targets[@]}")
 

@@ -280,7 +280,7 @@ TEST_F(JobSecret, NeverAFlagValueNorTooShort) {
     EXPECT_FALSE(contains(r.err + r.out, "short-secret")) << r.describe();
 }
 
-TEST_F(JobSecret, NeverInTheDryRunNorTheWorkersEnvironment) {
+TEST_F(JobSecret, NeverInTheDryRunTheWorkersEnvironmentNorTheEventLog) {
     RunOptions options;
     options.env = {{"DDPRUN_RDZV_SECRET", k_secret}};
     RunResult dry = run({"--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1", "--dry-run",
@@ -288,11 +288,17 @@ TEST_F(JobSecret, NeverInTheDryRunNorTheWorkersEnvironment) {
                         options);
     EXPECT_EQ(dry.exit_code, 0) << dry.describe();
     EXPECT_FALSE(contains(dry.out + dry.err, k_secret)) << dry.describe();
-    RunResult r =
-        run({"--nproc_per_node=2", k_fake_worker, "env", "getenv", "DDPRUN_RDZV_SECRET"}, options);
+    const std::string events = path("events.jsonl");
+    RunResult r = run({"--nproc_per_node=2", "--event-log=" + events, k_fake_worker, "env",
+                       "getenv", "DDPRUN_RDZV_SECRET"},
+                      options);
     EXPECT_EQ(r.exit_code, 0) << r.describe();
     EXPECT_FALSE(contains(r.out + r.err, k_secret)) << r.describe();
     EXPECT_TRUE(contains(r.out, "DDPRUN_RDZV_SECRET=<unset>")) << r.describe();
+    // Nor in the event log (its job_start line has the job's settings).
+    const std::string logged = read_text_file(events);
+    EXPECT_TRUE(contains(logged, "job_start")) << logged;
+    EXPECT_FALSE(contains(logged, k_secret)) << logged;
 }
 
 // --hosts: the agents get the secret on their lifeline, never on the command line
