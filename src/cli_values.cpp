@@ -276,20 +276,17 @@ Parsed<RendezvousSettings> parse_rdzv_conf(const Setting& s) {
             if (!conf.is_host)
                 return std::unexpected(
                     s.error("is_host must be 1|true|yes|on or 0|false|no|off", "is_host=1"));
-        } else if (key == "password") {
-            // Not s.error(): that would print the password back.
+        } else if (key == "password" || key == "secret") {
+            // Not s.error(): that would print the value back.
+            const bool password = key == "password";
             return std::unexpected(usage_error(fmt::format(
-                "{} password=...: a password is never taken on the command line (ps and shell "
-                "history show it); write it to a file readable only by you and pass "
-                "--rdzv_conf user=NAME,password_file=PATH",
-                s.label)));
-        } else if (key == "secret") {
-            // Not s.error(): that would print the secret back.
-            return std::unexpected(usage_error(fmt::format(
-                "{} secret=...: a job secret is never taken on the command line (ps and shell "
-                "history show it); write at least 32 random bytes to a file readable only by you "
-                "and pass --rdzv_conf secret_file=PATH (or set DDPRUN_RDZV_SECRET_FILE)",
-                s.label)));
+                "{} {}=...: a {} is never taken on the command line (ps and shell history show "
+                "it); {}",
+                s.label, key, password ? "password" : "job secret",
+                password ? "write it to a file readable only by you and pass --rdzv_conf "
+                           "user=NAME,password_file=PATH"
+                         : "write at least 32 random bytes to a file readable only by you and "
+                           "pass --rdzv_conf secret_file=PATH (or set DDPRUN_RDZV_SECRET_FILE)")));
         } else if (key == "secret_file") {
             conf.secret_file = value;
         } else if (std::string* field = etcd_access_field(conf.etcd, key)) {
