@@ -3,19 +3,31 @@
 # the prefix, so an install can be copied elsewhere and still work: the binary
 # finds the store plugin through DDPRUN_PLUGIN_RELATIVE_DIR, a path relative to
 # its own directory (src/store.cpp), not through LD_LIBRARY_PATH or a RUNPATH.
-set(DDPRUN_INSTALL_PLUGINDIR "${CMAKE_INSTALL_LIBDIR}/ddprun" CACHE STRING
-    "Where the store plugin goes, relative to the prefix")
+# Empty: the default, computed at each configure (so that a build reconfigured
+# for another prefix, as scripts/package.sh does with /usr, follows it).
+set(DDPRUN_INSTALL_PLUGINDIR "" CACHE STRING
+    "Where the store plugin goes, relative to the prefix (default lib/ddprun)")
+set(DDPRUN_INSTALL_ZSHDIR "" CACHE STRING
+    "Where the zsh completion goes, relative to the prefix (default: share/zsh/vendor-completions for /usr, share/zsh/site-functions elsewhere)")
+set(DDPRUN_INSTALL_BASHDIR "" CACHE STRING
+    "Where the bash completion goes, relative to the prefix (default share/bash-completion/completions)")
+# A directory of the package's own (Debian policy 9.1.1: /usr/lib/<package>),
+# the same under every prefix.
+if(NOT DDPRUN_INSTALL_PLUGINDIR)
+  set(DDPRUN_INSTALL_PLUGINDIR lib/ddprun)
+endif()
 # zsh reads /usr/share/zsh/vendor-completions for packages (Debian) and
 # <prefix>/share/zsh/site-functions for local installs.
-if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
-  set(default_zsh_dir "${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions")
-else()
-  set(default_zsh_dir "${CMAKE_INSTALL_DATADIR}/zsh/site-functions")
+if(NOT DDPRUN_INSTALL_ZSHDIR)
+  if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+    set(DDPRUN_INSTALL_ZSHDIR "${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions")
+  else()
+    set(DDPRUN_INSTALL_ZSHDIR "${CMAKE_INSTALL_DATADIR}/zsh/site-functions")
+  endif()
 endif()
-set(DDPRUN_INSTALL_ZSHDIR "${default_zsh_dir}" CACHE STRING
-    "Where the zsh completion goes, relative to the prefix")
-set(DDPRUN_INSTALL_BASHDIR "${CMAKE_INSTALL_DATADIR}/bash-completion/completions" CACHE STRING
-    "Where the bash completion goes, relative to the prefix")
+if(NOT DDPRUN_INSTALL_BASHDIR)
+  set(DDPRUN_INSTALL_BASHDIR "${CMAKE_INSTALL_DATADIR}/bash-completion/completions")
+endif()
 
 foreach(dir CMAKE_INSTALL_BINDIR DDPRUN_INSTALL_PLUGINDIR)
   if(IS_ABSOLUTE "${${dir}}")

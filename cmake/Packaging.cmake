@@ -8,15 +8,16 @@ set(CPACK_PACKAGE_NAME ddprun)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "ddprun authors <ddprun@users.noreply.github.com>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "native launcher for distributed training (torchrun's flags)")
+# The extended description: CPack puts the summary first, indents each line
+# and writes an empty line as Debian's " .".
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-    "native launcher for distributed training (torchrun's flags)
- ddprun starts the workers of a distributed training job on each node with
- torchrun's flags and worker environment, without Python: it prefixes every
- line of output with the rank, never leaves an orphaned GPU process behind and
- stops the whole job, on every node, as soon as one worker fails.
- .
- Multi-node jobs meet through libtorch's TCPStore (the store plugin, which
- needs libtorch: recommended) or through an etcd v3 cluster.")
+    "ddprun starts the workers of a distributed training job on each node with
+torchrun's flags and worker environment, without Python: it prefixes every
+line of output with the rank, never leaves an orphaned GPU process behind and
+stops the whole job, on every node, as soon as one worker fails.
+
+Multi-node jobs meet through libtorch's TCPStore (the store plugin, which
+needs libtorch, recommended) or through an etcd v3 cluster.")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # ddprun_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)

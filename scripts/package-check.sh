@@ -82,6 +82,7 @@ while IFS= read -r path; do
   [[ -e $path && ! -d $path ]] && left+=("$path")
 done <"$scratch/files"
 ((${#left[@]} == 0)) || fail "left behind after dpkg -r: ${left[*]}"
-[[ ! -e /usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null)/ddprun ]] \
-  || fail "the plugin directory is still there"
+for dir in /usr/lib/ddprun /usr/share/doc/ddprun; do
+  [[ ! -e $dir ]] || fail "$dir is still there after dpkg -r"
+done
 echo "package-check: removed cleanly"

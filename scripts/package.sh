@@ -20,12 +20,14 @@ jobs=${JOBS:-$(nproc)}
 
 bash scripts/install-deps.sh
 
-# The package installs under /usr: that prefix is what picks the plugin's
-# directory (/usr/lib/<triplet>/ddprun) and zsh's vendor-completions.
+# The package installs under /usr: that prefix is what picks zsh's
+# vendor-completions directory (cmake/InstallLayout.cmake).
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON \
   -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
 targets=(ddprun docs)
-if cmake --build "$build_dir" --target help | grep -qw ddprun_store; then
+# (Read whole first: grep -q would stop reading early, and pipefail would see cmake's SIGPIPE.)
+available_targets=$(cmake --build "$build_dir" --target help)
+if grep -qw ddprun_store <<<"$available_targets"; then
   targets+=(ddprun_store)
 else
   echo "package: libtorch not found, the package will have no store plugin (no multi-node c10d jobs)" >&2
@@ -70,13 +72,10 @@ deb=$out_dir/$(basename "$deb")
 dpkg-deb --info "$deb"
 dpkg-deb --contents "$deb"
 
-# lintian: errors and warnings fail the build. The tags below are expected,
-# each for its reason:
-#  - initial-upload-closes-no-bugs, no-manual-page... do not apply; the ones
-#    that do: a package built by CPack outside a Debian source tree has no
-#    source package to check (no-ubuntu..., not listed), and
+# lintian: errors and warnings fail the build. Suppressed, for its reason:
 #  - hardening-no-bindnow (an info tag): -z now would resolve every symbol at
-#    start-up; ddprun is exec'd thousands of times and starts lazily on purpose.
+#    each start; ddprun is exec'd thousands of times a day and starts lazily
+#    on purpose (bench/run.sh (m)).
 if command -v lintian >/dev/null; then
   lintian --fail-on error,warning --suppress-tags hardening-no-bindnow "$deb"
   echo "package: lintian: no errors or warnings"

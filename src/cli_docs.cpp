@@ -391,7 +391,7 @@ std::string man_page(std::string_view version) {
 
     out +=
         ".SH FILES\n"
-        ".TP\n.I <prefix>/lib/.../ddprun/libddprun_store.so\n"
+        ".TP\n.I /usr/lib/ddprun/libddprun_store.so\n"
         "The store plugin of multi-node c10d jobs: libtorch's TCPStore. ddprun looks for it "
         "beside its own binary, then in the install's plugin directory relative to the "
         "binary; \\fBddprun \\-\\-version\\fR says which one it would load, and which "
