@@ -14,6 +14,15 @@ find_package(nlohmann_json REQUIRED)
 set(Boost_USE_STATIC_LIBS ON)
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 # The etcd backend: base64 now, TLS to the cluster (libssl-dev).
+# DDPRUN_STATIC_OPENSSL links libssl.a/libcrypto.a instead: loading
+# libcrypto.so.3 (4.5 MB, 5000 symbol relocations, bound at load) is the
+# largest single part of ddprun's start-up, about 1 ms of its 2.5 ms over
+# /bin/true on the build machine (bench/run.sh (m)). Off by default: a
+# static copy misses Debian's OpenSSL security updates until ddprun is
+# rebuilt.
+if(DDPRUN_STATIC_OPENSSL)
+  set(OPENSSL_USE_STATIC_LIBS TRUE)
+endif()
 find_package(OpenSSL REQUIRED)
 
 # fmt and spdlog without their shared libraries (see Boost above). Debian's
