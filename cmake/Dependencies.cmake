@@ -23,6 +23,12 @@ find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 if(DDPRUN_STATIC_OPENSSL)
   set(OPENSSL_USE_STATIC_LIBS TRUE)
 endif()
+# FindOpenSSL caches the libraries it found: look again when the choice changes.
+if(NOT "${DDPRUN_STATIC_OPENSSL}" STREQUAL "${DDPRUN_STATIC_OPENSSL_FOUND_AS}")
+  unset(OPENSSL_SSL_LIBRARY CACHE)
+  unset(OPENSSL_CRYPTO_LIBRARY CACHE)
+  set(DDPRUN_STATIC_OPENSSL_FOUND_AS "${DDPRUN_STATIC_OPENSSL}" CACHE INTERNAL "")
+endif()
 find_package(OpenSSL REQUIRED)
 
 # fmt and spdlog without their shared libraries (see Boost above). Debian's
