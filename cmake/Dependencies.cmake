@@ -8,11 +8,10 @@ find_package(nlohmann_json REQUIRED)
 # Start-up time: ddprun is exec'd thousands of times a day, and every shared
 # library it loads costs its mapping and relocations at each start (about
 # 0.2 ms for Boost.Filesystem, 0.5 ms for spdlog with fmt on the 2-CPU build
-# machine; bench/run.sh (m)). The one compiled Boost library is linked
-# statically; fmt and spdlog are used header-only (ddprun_fmt, ddprun_spdlog
-# below).
-set(Boost_USE_STATIC_LIBS ON)
-find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
+# machine; bench/run.sh (m)). Boost is used header-only (Asio, Beast; workers
+# are started with vfork, not Boost.Process, which needed Boost.Filesystem),
+# and fmt and spdlog too (ddprun_fmt, ddprun_spdlog below).
+find_package(Boost 1.74 REQUIRED)
 # The etcd backend: base64 now, TLS to the cluster (libssl-dev).
 # DDPRUN_STATIC_OPENSSL links libssl.a/libcrypto.a instead: loading
 # libcrypto.so.3 (4.5 MB, 5000 symbol relocations, bound at load) is the
