@@ -22,8 +22,11 @@ bash scripts/install-deps.sh
 
 # The package installs under /usr: that prefix is what picks zsh's
 # vendor-completions directory (cmake/InstallLayout.cmake).
+# CMAKE_SKIP_INSTALL_ALL_DEPENDENCY: cpack installs without first building
+# every target (the tests and benchmarks are not packaged); the ones packaged
+# are built just below.
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON \
-  -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
+  -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >/dev/null
 targets=(ddprun docs)
 # (Read whole first: grep -q would stop reading early, and pipefail would see cmake's SIGPIPE.)
 available_targets=$(cmake --build "$build_dir" --target help)
