@@ -3,7 +3,6 @@
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
-find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 # Start-up time: ddprun is exec'd thousands of times a day, and every shared
 # library it loads costs its mapping and relocations at each start (about

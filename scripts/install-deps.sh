@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(
   # build
   build-essential cmake clang-format
-  libcli11-dev libspdlog-dev libfmt-dev
+  libspdlog-dev libfmt-dev
   libboost-dev libboost-filesystem-dev libboost-system-dev
   nlohmann-json3-dev
   # tests and benchmarks
