@@ -1,7 +1,7 @@
 // What `ddprun --version` prints: the version, the commit it was built from,
 // and whether the pieces a multi-node c10d job loads later (the store plugin,
 // and the libtorch it links) are where they will be looked for. Checked
-// without loading anything, so --version stays as fast as /bin/true.
+// without loading anything: loading libtorch alone takes 0.4 s.
 #pragma once
 
 #include <string>
