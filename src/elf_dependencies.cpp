@@ -44,6 +44,10 @@ std::vector<std::string> split_path(std::string_view text) {
     return items;
 }
 
+// A shared object's dynamic section and its string table are a few KB;
+// anything past this is a damaged file, not one to allocate for.
+constexpr std::uint64_t k_max_table_bytes = 16 << 20;
+
 bool read_at(int fd, void* out, std::size_t size, std::uint64_t offset) {
     auto got = ::pread(fd, out, size, static_cast<off_t>(offset));
     return got >= 0 && static_cast<std::size_t>(got) == size;
@@ -134,6 +138,9 @@ std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::str
     ElfDependencies out;
     for (const Elf64_Phdr& segment : segments) {
         if (segment.p_type != PT_DYNAMIC) continue;
+        // Sizes from the file are bounded before anything is allocated for them.
+        if (segment.p_filesz > k_max_table_bytes)
+            return std::unexpected(path + ": its dynamic section is implausibly large");
         std::vector<Elf64_Dyn> entries(segment.p_filesz / sizeof(Elf64_Dyn));
         if (!read_at(fd.get(), entries.data(), entries.size() * sizeof(Elf64_Dyn),
                      segment.p_offset))
@@ -143,6 +150,8 @@ std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::str
             if (entry.d_tag == DT_STRTAB) strtab = entry.d_un.d_ptr;
             if (entry.d_tag == DT_STRSZ) strsz = entry.d_un.d_val;
         }
+        if (strsz > k_max_table_bytes)
+            return std::unexpected(path + ": its dynamic string table is implausibly large");
         auto table_offset = file_offset(strtab);
         std::string strings(strsz, '\0');
         if (!table_offset || !read_at(fd.get(), strings.data(), strings.size(), *table_offset))
