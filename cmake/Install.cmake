@@ -1,5 +1,5 @@
 # `cmake --install build --prefix P`: P/bin/ddprun, the store plugin in
-# P/<libdir>/ddprun (found relative to the binary), ddprun(1), the bash and
+# P/lib/ddprun (found relative to the binary), ddprun(1), the bash and
 # zsh completions, the README and the license. The Debian package
 # (scripts/package.sh, cmake/Packaging.cmake) is this same install under /usr.
 install(TARGETS ddprun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -3,6 +3,7 @@
 # the prefix, so an install can be copied elsewhere and still work: the binary
 # finds the store plugin through DDPRUN_PLUGIN_RELATIVE_DIR, a path relative to
 # its own directory (src/store.cpp), not through LD_LIBRARY_PATH or a RUNPATH.
+
 # Empty: the default, computed at each configure (so that a build reconfigured
 # for another prefix, as scripts/package.sh does with /usr, follows it).
 set(DDPRUN_INSTALL_PLUGINDIR "" CACHE STRING
