@@ -65,6 +65,7 @@ SECTIONS = [
     ("j", "elastic"),
     ("k", "hangs"),
     ("l", "hosts"),
+    ("m", "startup"),
 ]
 
 
@@ -146,6 +147,9 @@ def parse_args():
         "--hosts-counts", type=count_list, default=[1, 10, 100, 1000], help="host counts of (l) (default 1,10,100,1000)"
     )
     parser.add_argument("--hosts-reps", type=int, default=3, help="runs per row of (l) (default 3)")
+    parser.add_argument(
+        "--startup-reps", type=int, default=200, help="runs per row of (m) (default 200; the workers rows a quarter)"
+    )
     parser.add_argument(
         "--rendezvous-scale", help="the program of (i) (default: bench/rendezvous_scale beside ddprun)"
     )
@@ -445,6 +449,81 @@ def bench_launch(args, use_torchrun):
         f"(a) launch {args.nproc} workers of `true` and wait, {args.reps} runs each",
         ["launcher", "median ms", "min ms", "max ms", "overhead ms", "per worker ms", "vs limit"],
         rows,
+    )
+
+
+STARTUP_GOAL_MS = 1.0  # (m): --version within this of /bin/true
+PER_WORKER_GOAL_MS = 1.0  # (m): each worker within this of the shell loop's
+
+
+def shared_libraries(path):
+    """The DT_NEEDED entries of an ELF file (readelf, from binutils)."""
+    probe = subprocess.run(["readelf", "-d", path], capture_output=True, text=True)
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", probe.stdout)
+
+
+def stripped_size(path):
+    with tempfile.TemporaryDirectory(prefix="ddprun-bench-strip-") as directory:
+        copy = os.path.join(directory, "ddprun")
+        if subprocess.run(["strip", "-o", copy, path], capture_output=True).returncode != 0:
+            return None
+        return os.path.getsize(copy)
+
+
+def bench_startup(args):
+    """(m): what starting ddprun costs, next to starting /bin/true; and what
+    each of 8 workers costs, next to a shell loop that starts the same 8."""
+    true_argv = [shutil.which("true") or "/usr/bin/true"]
+    nproc = args.nproc
+    rows_spec = [
+        ("/bin/true (limit)", lambda: true_argv, args.startup_reps),
+        ("ddprun --version", lambda: [args.ddprun, "--version"], args.startup_reps),
+        ("ddprun --help", lambda: [args.ddprun, "--help"], args.startup_reps),
+        (f"shell loop, {nproc} `true` (limit)", lambda: ["bash", "-c", shell_loop(nproc, true_argv)],
+         max(1, args.startup_reps // 4)),
+        (f"ddprun, {nproc} `true`", lambda: [args.ddprun, f"--nproc_per_node={nproc}"] + true_argv,
+         max(1, args.startup_reps // 4)),
+    ]
+    for _, make_argv, _ in rows_spec:  # warm the page cache, not measured
+        run_timed(make_argv())
+    times = {name: [] for name, _, _ in rows_spec}
+    most = max(reps for _, _, reps in rows_spec)
+    for i in range(most):  # interleaved, so drift hits every row alike
+        for name, make_argv, reps in rows_spec:
+            if i < reps:
+                times[name].append(run_timed(make_argv()))
+    median_ms = {name: statistics.median(samples) * 1e3 for name, samples in times.items()}
+    true_ms = median_ms["/bin/true (limit)"]
+    loop_ms = median_ms[f"shell loop, {nproc} `true` (limit)"]
+    rows = []
+    for name, _, reps in rows_spec:
+        samples = times[name]
+        over, per_worker, verdict = "-", "-", "-"
+        if name.startswith("ddprun --"):
+            over = f"{median_ms[name] - true_ms:+.2f}"
+            if name == "ddprun --version":
+                verdict = goal_verdict(median_ms[name] - true_ms, STARTUP_GOAL_MS)
+        elif name.startswith("ddprun,"):
+            over = f"{median_ms[name] - loop_ms:+.2f}"
+            per_worker_ms = (median_ms[name] - loop_ms) / nproc
+            per_worker = f"{per_worker_ms:+.2f}"
+            verdict = goal_verdict(per_worker_ms, PER_WORKER_GOAL_MS)
+        rows.append(
+            [name, str(reps), f"{median_ms[name]:.2f}", f"{min(samples) * 1e3:.2f}", over, per_worker, verdict]
+        )
+    print_table(
+        f"(m) start-up: ddprun next to /bin/true, and {nproc} workers next to a shell loop "
+        f"(goals: --version within {STARTUP_GOAL_MS:.0f} ms of /bin/true, at most "
+        f"{PER_WORKER_GOAL_MS:.0f} ms per worker over the loop)",
+        ["run", "runs", "median ms", "min ms", "over limit ms", "per worker ms", "goal"],
+        rows,
+    )
+    libraries = shared_libraries(args.ddprun)
+    stripped = stripped_size(args.ddprun)
+    stripped_text = f"{stripped / 2**20:.1f} MiB stripped" if stripped else "strip failed"
+    print(
+        f"ddprun binary: {os.path.getsize(args.ddprun) / 2**20:.1f} MiB as built ({stripped_text}); "
+        f"{len(libraries)} shared libraries: {', '.join(libraries)}"
     )
 
 
@@ -2655,7 +2734,8 @@ def main():
     # exceed its devices, and every tool here gets the same (empty) device list.
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     use_torchrun = have_torchrun(args.torchrun)
-    version = subprocess.run([args.ddprun, "--version"], capture_output=True, text=True).stdout.strip()
+    version_lines = subprocess.run([args.ddprun, "--version"], capture_output=True, text=True).stdout.splitlines()
+    version = version_lines[0] if version_lines else ""
     torchrun = f"torch {torch_version()} via bench/torchrun_compat.py" if use_torchrun else "not measured"
     print(f"machine:  {machine_description()}")
     print(f"ddprun:   {args.ddprun} ({version or 'version unknown'})")
@@ -2676,6 +2756,8 @@ def main():
             bench_hangs(args, scratch)
         if "hosts" in args.only:
             bench_hosts(args, scratch)
+    if "startup" in args.only:
+        bench_startup(args)
     print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
 
 

@@ -3,11 +3,41 @@
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
-find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
-find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
+# Start-up time: ddprun is exec'd thousands of times a day, and every shared
+# library it loads costs its mapping and relocations at each start (about
+# 0.2 ms for Boost.Filesystem, 0.5 ms for spdlog with fmt on the 2-CPU build
+# machine; bench/run.sh (m)). Boost is used header-only (Asio, Beast; workers
+# are started with vfork, not Boost.Process, which needed Boost.Filesystem),
+# and fmt and spdlog too (ddprun_fmt, ddprun_spdlog below).
+find_package(Boost 1.74 REQUIRED)
 # The etcd backend: base64 now, TLS to the cluster (libssl-dev).
+# DDPRUN_STATIC_OPENSSL links libssl.a/libcrypto.a instead: loading
+# libcrypto.so.3 (4.5 MB, 5000 symbol relocations, bound at load) is the
+# largest single part of ddprun's start-up, about 1 ms of its 2.5 ms over
+# /bin/true on the build machine (bench/run.sh (m)). Off by default: a
+# static copy misses Debian's OpenSSL security updates until ddprun is
+# rebuilt.
+if(DDPRUN_STATIC_OPENSSL)
+  set(OPENSSL_USE_STATIC_LIBS TRUE)
+endif()
+# FindOpenSSL caches the libraries it found: look again when the choice changes.
+if(NOT "${DDPRUN_STATIC_OPENSSL}" STREQUAL "${DDPRUN_STATIC_OPENSSL_FOUND_AS}")
+  unset(OPENSSL_SSL_LIBRARY CACHE)
+  unset(OPENSSL_CRYPTO_LIBRARY CACHE)
+  set(DDPRUN_STATIC_OPENSSL_FOUND_AS "${DDPRUN_STATIC_OPENSSL}" CACHE INTERNAL "")
+endif()
 find_package(OpenSSL REQUIRED)
+
+# fmt and spdlog without their shared libraries (see Boost above). Debian's
+# spdlog::spdlog_header_only would still link the shared fmt.
+add_library(ddprun_fmt INTERFACE)
+target_link_libraries(ddprun_fmt INTERFACE fmt::fmt-header-only)
+add_library(ddprun_spdlog INTERFACE)
+get_target_property(spdlog_includes spdlog::spdlog INTERFACE_INCLUDE_DIRECTORIES)
+target_include_directories(ddprun_spdlog SYSTEM INTERFACE ${spdlog_includes})
+target_compile_definitions(ddprun_spdlog INTERFACE SPDLOG_FMT_EXTERNAL)
+target_link_libraries(ddprun_spdlog INTERFACE ddprun_fmt Threads::Threads)
 
 if(DDPRUN_BUILD_TESTS)
   find_package(GTest REQUIRED)

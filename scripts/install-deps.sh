@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(
   # build
   build-essential cmake clang-format
-  libcli11-dev libspdlog-dev libfmt-dev
+  libspdlog-dev libfmt-dev
   libboost-dev libboost-filesystem-dev libboost-system-dev
   nlohmann-json3-dev
   # tests and benchmarks
@@ -34,6 +34,10 @@ packages=(
   # stacks of a hung worker (src/stack_capture.cpp): eu-stack, with gdb as the
   # slower fallback when only that is installed
   elfutils
+  # the Debian package (scripts/package.sh): dpkg-shlibdeps computes Depends,
+  # lintian checks it, man renders ddprun(1) in the install test; the
+  # completions are tested against bash-completion's helpers and zsh's parser
+  dpkg-dev lintian man-db bash-completion zsh
 )
 
 installed() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command that says whether the tree is good: installs the Debian
-# packages, builds with warnings as errors, runs every CTest test and checks
-# formatting. CI runs exactly this (.ci/run); run it locally before pushing.
+# packages, builds with warnings as errors, runs every CTest test, checks
+# formatting, and builds, installs and removes the Debian package. CI runs exactly this (.ci/run); run it locally before pushing.
 #
 #   bash scripts/test.sh              # build into build/
 #   BUILD_DIR=build-x JOBS=1 bash scripts/test.sh
@@ -36,5 +36,16 @@ if ((${#unformatted[@]} > 0)); then
   echo "test.sh: not clang-formatted: ${unformatted[*]}" >&2
   echo "test.sh: fix with: clang-format -i ${unformatted[*]}" >&2
   exit 1
+fi
+# The Debian package from the same build (scripts/package.sh: CPack, computed
+# Depends, lintian), installed, used for a one-node and a 2x2 job from
+# /usr/bin/ddprun, and removed (scripts/package-check.sh). Root only: it
+# installs into the system.
+if ((EUID == 0)); then
+  BUILD_DIR="$build_dir" JOBS="$jobs" OUT_DIR="$build_dir/dist" bash scripts/package.sh
+  deb=$(find "$build_dir/dist" -maxdepth 1 -name 'ddprun_*.deb' | sort | tail -1)
+  timeout --kill-after=30 600 bash scripts/package-check.sh "$deb"
+else
+  echo "test.sh: not root: the package install check is skipped"
 fi
 echo "test.sh: all tests passed"

@@ -5,7 +5,8 @@
 // names the flag (or variable), the value and a fix, never as a parser dump.
 // The work is in three steps: scan() (cli_options.cpp) finds where ddprun's
 // options end (the program and everything after it are never looked at, let
-// alone changed), CLI11 parses those options, and the rest, here, resolves
+// alone changed) and puts them in canonical form, collect() counts each
+// option and keeps its values, and the rest, here, resolves
 // environment defaults (DDPRUN_<NAME>, PET_<NAME>, then what a scheduler's
 // variables say, see scheduler_env.hpp) and validates every value with the
 // parsers of cli_values.cpp. Pure: the environment comes in as a map.
@@ -14,7 +15,6 @@
 #include "ddprun/text.hpp"
 
 #include <fmt/format.h>
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -42,17 +42,52 @@ constexpr std::string_view k_default_signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
 using Settings = std::map<std::string_view, Setting>;
 
+// One option of k_options as the command line gave it: how many times, and
+// its values in order.
+struct Given {
+    std::size_t count = 0;
+    std::vector<std::string> values;
+};
+using GivenOptions = std::vector<Given>;  // indexed like k_options
+
+// scan() leaves the options canonical ("--name", or "-x" as typed, each value
+// its own item), so collecting them is a walk. This used to be CLI11's job:
+// building its parser for 55 options was a quarter of the instructions of
+// `ddprun --version` (bench/run.sh (m)).
+GivenOptions collect(const Scanned& scanned) {
+    GivenOptions given(std::size(k_options));
+    auto index_of = [](const std::string& item) -> std::optional<std::size_t> {
+        for (std::size_t i = 0; i < std::size(k_options); ++i) {
+            const OptionSpec& spec = k_options[i];
+            if (item.size() == 2 && item[0] == '-' && spec.short_name != 0 &&
+                item[1] == spec.short_name)
+                return i;
+            if (item.starts_with("--") && std::string_view(item).substr(2) == spec.name) return i;
+        }
+        return std::nullopt;
+    };
+    const std::vector<std::string>& items = scanned.options;
+    for (std::size_t at = 0; at < items.size(); ++at) {
+        auto index = index_of(items[at]);
+        if (!index) continue;  // cannot happen: scan() only lists known options
+        ++given[*index].count;
+        if (!is_flag(k_options[*index]) && at + 1 < items.size())
+            given[*index].values.push_back(items[++at]);
+    }
+    return given;
+}
+
 // What was given on the command line, else in DDPRUN_<NAME>, else in PET_<NAME>.
 // An empty variable counts as unset (job templates often export empty ones),
 // except for the log prefix, where empty means "no prefix".
-Settings gather_settings(const std::vector<CLI::Option*>& parsed, const Scanned& scanned,
+Settings gather_settings(const GivenOptions& parsed, const Scanned& scanned,
                          const Environment& env) {
     Settings settings;
     for (std::size_t i = 0; i < std::size(k_options); ++i) {
         const OptionSpec& spec = k_options[i];
-        if (parsed[i]->count() > 0) {
+        if (parsed[i].count > 0) {
             Setting setting{scanned.spelling.at(spec.name), "", is_flag(spec)};
-            if (!is_flag(spec)) setting.value = parsed[i]->results().back();
+            if (!is_flag(spec)) setting.value = parsed[i].values.back();
             settings.emplace(spec.name, std::move(setting));
             continue;
         }
@@ -102,11 +137,11 @@ class ConfigBuilder {
     std::optional<Error> m_error;
 };
 
-void resolve_verbosity(const std::vector<CLI::Option*>& parsed, const Environment& env,
-                       ConfigBuilder& builder, LaunchConfig& config) {
+void resolve_verbosity(const GivenOptions& parsed, const Environment& env, ConfigBuilder& builder,
+                       LaunchConfig& config) {
     auto count_of = [&parsed](std::string_view name) {
         for (std::size_t i = 0; i < std::size(k_options); ++i)
-            if (k_options[i].name == name) return parsed[i]->count();
+            if (k_options[i].name == name) return parsed[i].count;
         return std::size_t{0};
     };
     std::size_t verbose = count_of("verbose");
@@ -138,8 +173,8 @@ constexpr std::string_view k_launcher_options[] = {
 // --hosts / --hostfile and their companions: what they conflict with, and the
 // options the agents get. The hosts themselves are planned later (fan_out.cpp):
 // a hostfile is read only then.
-void resolve_fan_out(const std::vector<CLI::Option*>& parsed, const Settings& settings,
-                     ConfigBuilder& b, LaunchConfig& config) {
+void resolve_fan_out(const GivenOptions& parsed, const Settings& settings, ConfigBuilder& b,
+                     LaunchConfig& config) {
     FanOutSettings& fan = config.fan_out;
     b.set("hosts", fan.hosts, [](const Setting& s) { return parse_nonempty(s, "gpu[01-04]:8"); });
     b.set("hostfile", fan.hostfile,
@@ -152,7 +187,7 @@ void resolve_fan_out(const std::vector<CLI::Option*>& parsed, const Settings& se
           [](const Setting& s) { return parse_nonempty(s, "/opt/ddprun/bin/ddprun"); });
     for (std::size_t i = 0; i < std::size(k_options); ++i) {
         if (k_options[i].name != "env") continue;
-        for (const std::string& value : parsed[i]->results()) {
+        for (const std::string& value : parsed[i].values) {
             std::string_view name = std::string_view(value).substr(0, value.find('='));
             if (!is_variable_name(name))
                 b.fail(Setting{"--env", value}.error_hint(
@@ -208,7 +243,7 @@ void resolve_fan_out(const std::vector<CLI::Option*>& parsed, const Settings& se
 }
 
 std::expected<LaunchConfig, Error> build_config(const Settings& settings,
-                                                const std::vector<CLI::Option*>& parsed,
+                                                const GivenOptions& parsed,
                                                 const std::vector<std::string>& args,
                                                 const Scanned& scanned, const Environment& env) {
     LaunchConfig config;
@@ -437,31 +472,10 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
     using namespace cli;
     Scanned scanned = scan(args);
 
-    CLI::App app{"ddprun"};
-    app.set_help_flag();  // ours is a plain flag: CLI11's prints its own help and throws
-    std::vector<CLI::Option*> parsed;
-    for (const OptionSpec& spec : k_options) {
-        std::string names = fmt::format("--{},--{}", spec.name, alternate_spelling(spec.name));
-        if (spec.short_name != 0) names += fmt::format(",-{}", spec.short_name);
-        CLI::Option* option = is_flag(spec) ? app.add_flag(names) : app.add_option(names);
-        // --env is the one option that may be given several times, each adding a variable.
-        option->multi_option_policy(spec.name == "env" ? CLI::MultiOptionPolicy::TakeAll
-                                                       : CLI::MultiOptionPolicy::TakeLast);
-        parsed.push_back(option);
-    }
-    std::vector<std::string> reversed(scanned.options.rbegin(), scanned.options.rend());
-    try {
-        app.parse(reversed);
-    } catch (const CLI::ParseError& error) {
-        // scan() hands CLI11 only well-formed options, so this means the two
-        // disagree: still one line, never CLI11's help.
-        return std::unexpected(
-            usage_error(fmt::format("cannot parse the options: {}", error.what())));
-    }
-
+    GivenOptions parsed = collect(scanned);
     auto given = [&](std::string_view name) {
         for (std::size_t i = 0; i < std::size(k_options); ++i)
-            if (k_options[i].name == name) return parsed[i]->count() > 0;
+            if (k_options[i].name == name) return parsed[i].count > 0;
         return false;
     };
     CommandLine command_line;

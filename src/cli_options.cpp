@@ -6,7 +6,7 @@
 // without changing a flag, and a mistake must come back as one line that
 // names the flag and a fix, never as a parser dump. scan() finds where
 // ddprun's options end (the program and everything after it are never looked
-// at, let alone changed); cli.cpp then parses those options with CLI11 and
+// at, let alone changed); cli.cpp then collects those options and
 // turns them into a LaunchConfig.
 
 #include "cli_options.hpp"
@@ -194,7 +194,7 @@ std::string alternate_spelling(std::string_view name) {
     return other;
 }
 
-// Walks the options the way argparse (and CLI11) would, stopping at the first
+// Walks the options the way argparse would, stopping at the first
 // argument that is not an option (or after "--"). Knowing exactly where the
 // options end is what keeps the program's arguments untouched; an unknown
 // flag is reported, never mistaken for the program.

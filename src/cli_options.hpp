@@ -2,7 +2,7 @@
 // reads it. Internal to the command line (src/cli*.cpp); include/ddprun/cli.hpp
 // is the interface.
 //
-// Why this header exists: cli.cpp hands the table to CLI11 and looks up each
+// Why this header exists: cli.cpp collects the options by the table and looks up each
 // option's environment default, cli_options.cpp scans argv, suggests flags and
 // writes --help from it; both must walk the same list in the same order.
 #pragma once
@@ -35,7 +35,7 @@ struct OptionSpec {
     std::string_view help;
 };
 
-// The one list of options: scanning, CLI11, environment names, suggestions and
+// The one list of options: scanning, collecting, environment names, suggestions and
 // --help all come from it.
 extern const std::span<const OptionSpec> k_options;
 

@@ -8,6 +8,7 @@
 #include "ddprun/fan_out.hpp"
 #include "ddprun/launch.hpp"
 #include "ddprun/logging.hpp"
+#include "ddprun/version.hpp"
 
 extern char** environ;
 
@@ -18,6 +19,10 @@ int main(int argc, char** argv) {
     if (!command_line) {
         std::fprintf(stderr, "ddprun: error: %s\n", command_line.error().message.c_str());
         return command_line.error().exit_code;
+    }
+    if (command_line->action == CommandLine::Action::PrintVersion) {
+        std::fputs(version_report().c_str(), stdout);
+        return exit_code::kSuccess;
     }
     if (command_line->action != CommandLine::Action::Run) {
         std::fputs(command_line->text.c_str(), stdout);

@@ -62,21 +62,25 @@ std::string own_directory() {
     return exe.parent_path().string();
 }
 
+// Set by CMake from the install layout (bin -> lib/ddprun): relative, so that
+// a copied prefix finds its plugin like the original.
+#ifndef DDPRUN_PLUGIN_RELATIVE_DIR
+#define DDPRUN_PLUGIN_RELATIVE_DIR "../lib/ddprun"
+#endif
+
 // $DDPRUN_STORE_PLUGIN (used alone when set), then the plugin beside the
-// running binary, then the loader's search path.
+// running binary, then the install's plugin directory, then the loader's
+// search path.
 PluginLoad find_and_load() {
-    if (const char* explicit_path = std::getenv("DDPRUN_STORE_PLUGIN");
-        explicit_path != nullptr && *explicit_path != '\0') {
-        return load_from(explicit_path);
-    }
-    if (std::string dir = own_directory(); !dir.empty()) {
-        std::string beside = dir + "/" + k_store_plugin_name;
-        if (file_exists(beside)) return load_from(beside);
-    }
+    StorePluginLocation location = locate_store_plugin();
+    if (!location.path.empty()) return load_from(location.path);
     PluginLoad load = load_from(k_store_plugin_name);
     if (load.entry == nullptr && load.dl_error.starts_with(k_store_plugin_name)) {
-        // Not built at all: the hint alone says everything.
-        load.error = std::string(k_need_libtorch) + " (" + k_store_plugin_name + " not found)";
+        // Not built or not installed: the hint alone says everything.
+        load.error = std::string(k_need_libtorch) + " (" + k_store_plugin_name + " not found";
+        for (std::size_t i = 0; i < location.searched.size(); ++i)
+            load.error += (i == 0 ? " in " : " or ") + location.searched[i];
+        load.error += ")";
     }
     return load;
 }
@@ -108,6 +112,29 @@ std::unique_ptr<Store> open_tcp_store(const StoreOptions& options) {
 
 bool tcp_store_available() {
     return plugin().entry != nullptr;
+}
+
+StorePluginLocation locate_store_plugin() {
+    StorePluginLocation location;
+    if (const char* explicit_path = std::getenv("DDPRUN_STORE_PLUGIN");
+        explicit_path != nullptr && *explicit_path != '\0') {
+        location.path = explicit_path;
+        location.searched.push_back(explicit_path);
+        location.from_environment = true;
+        return location;
+    }
+    std::string dir = own_directory();
+    if (dir.empty()) return location;
+    for (std::filesystem::path candidate :
+         {std::filesystem::path(dir), std::filesystem::path(dir) / DDPRUN_PLUGIN_RELATIVE_DIR}) {
+        candidate = candidate.lexically_normal();
+        location.searched.push_back(candidate.string());
+        if (std::string file = (candidate / k_store_plugin_name).string(); file_exists(file)) {
+            location.path = file;
+            break;
+        }
+    }
+    return location;
 }
 
 }  // namespace ddprun

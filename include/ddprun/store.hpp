@@ -117,6 +117,19 @@ std::unique_ptr<Store> open_tcp_store(const StoreOptions& options);
 // True when the store plugin can be loaded (this build has libtorch).
 bool tcp_store_available();
 
+// Where open_tcp_store would load the plugin from, without loading it (for
+// --version): $DDPRUN_STORE_PLUGIN when set, else the first of the places it
+// looks that holds the file: beside the running binary (a build tree), then
+// the install's plugin directory relative to the binary (bin/../lib/ddprun
+// or the like, so a relocated install still finds it). `path` is empty when
+// none does (the loader's own search path is then the last resort).
+struct StorePluginLocation {
+    std::string path;
+    std::vector<std::string> searched;  // every place looked at, in order
+    bool from_environment = false;      // $DDPRUN_STORE_PLUGIN
+};
+StorePluginLocation locate_store_plugin();
+
 // The plugin's entry point, looked up with dlsym. The version is in the name so
 // that a plugin left over from a build with a different Store cannot be used
 // (v2: Store gained wait_get; v3: claim; v4: claim's peeks and revision, wait_get_after).

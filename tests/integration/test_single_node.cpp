@@ -71,13 +71,18 @@ TEST_F(SingleNodeBasics, AllWorkersSucceed) {
     EXPECT_EQ(recorded_pids().size(), 3u);
 }
 
+// The version and commit, then what a c10d job would load: the store plugin
+// and its libtorch (tests/install/install_test.sh checks an installed one).
 TEST_F(SingleNodeBasics, VersionPrintsNameAndVersion) {
     auto r = run({"--version"});
     ASSERT_EQ(r.exit_code, 0) << r.describe();
     auto lines = non_empty_lines(r.out);
-    ASSERT_EQ(lines.size(), 1u) << r.describe();
+    ASSERT_EQ(lines.size(), 3u) << r.describe();
     EXPECT_TRUE(lines[0].starts_with("ddprun ")) << lines[0];
-    EXPECT_GT(lines[0].size(), std::string("ddprun ").size()) << lines[0];
+    EXPECT_NE(lines[0].find(" (commit "), std::string::npos) << lines[0];
+    EXPECT_TRUE(lines[1].starts_with("store plugin: ")) << lines[1];
+    EXPECT_TRUE(lines[2].starts_with("libtorch: ")) << lines[2];
+    EXPECT_TRUE(r.out.ends_with("\n")) << r.describe();
 }
 
 // --- worker environment -------------------------------------------------------

@@ -1,0 +1,17 @@
+# `cmake --install build --prefix P`: P/bin/ddprun, the store plugin in
+# P/lib/ddprun (found relative to the binary), ddprun(1), the bash and
+# zsh completions, the README and the license. The Debian package
+# (scripts/package.sh, cmake/Packaging.cmake) is this same install under /usr.
+install(TARGETS ddprun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET ddprun_store)
+  install(TARGETS ddprun_store LIBRARY DESTINATION ${DDPRUN_INSTALL_PLUGINDIR})
+endif()
+install(FILES ${DDPRUN_DOCS_DIR}/ddprun.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES ${DDPRUN_DOCS_DIR}/ddprun.bash DESTINATION ${DDPRUN_INSTALL_BASHDIR}
+        RENAME ddprun)
+install(FILES ${DDPRUN_DOCS_DIR}/_ddprun DESTINATION ${DDPRUN_INSTALL_ZSHDIR})
+install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# Debian's name for the license file; as good a name as any elsewhere.
+install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME copyright)
+
+include(Packaging)

@@ -1,0 +1,21 @@
+// What `ddprun --version` prints: the version, the commit it was built from,
+// and whether the pieces a multi-node c10d job loads later (the store plugin,
+// and the libtorch it links) are where they will be looked for. Checked
+// without loading anything: loading libtorch alone takes 0.4 s.
+#pragma once
+
+#include <string>
+
+namespace ddprun {
+
+// "0.1.0"
+const char* version();
+
+// The git commit of the tree ddprun was built from, "unknown" outside a git
+// checkout, with "-dirty" when it had uncommitted changes.
+const char* build_commit();
+
+// Every line of --version, each ending in '\n'.
+std::string version_report();
+
+}  // namespace ddprun

@@ -1,0 +1,200 @@
+// DT_NEEDED and the run path of an ELF file, and the loader's search for each
+// name (see elf_dependencies.hpp). Reads only headers and the dynamic section:
+// --version must stay as fast as the rest of ddprun's start.
+#include "ddprun/elf_dependencies.hpp"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string_view>
+
+#include "ddprun/fd.hpp"
+
+namespace ddprun {
+namespace {
+
+#if defined(__x86_64__)
+constexpr std::uint16_t k_machine = EM_X86_64;
+constexpr std::string_view k_multiarch = "x86_64-linux-gnu";
+#elif defined(__aarch64__)
+constexpr std::uint16_t k_machine = EM_AARCH64;
+constexpr std::string_view k_multiarch = "aarch64-linux-gnu";
+#else
+constexpr std::uint16_t k_machine = EM_NONE;  // any: not checked
+constexpr std::string_view k_multiarch = "";
+#endif
+
+// "a:b::c" -> a, b, c (empty items dropped, as the loader drops them).
+std::vector<std::string> split_path(std::string_view text) {
+    std::vector<std::string> items;
+    while (!text.empty()) {
+        auto colon = text.find(':');
+        if (colon != 0) items.emplace_back(text.substr(0, colon));
+        if (colon == std::string_view::npos) break;
+        text.remove_prefix(colon + 1);
+    }
+    return items;
+}
+
+// A shared object's dynamic section and its string table are a few KB;
+// anything past this is a damaged file, not one to allocate for.
+constexpr std::uint64_t k_max_table_bytes = 16 << 20;
+
+bool read_at(int fd, void* out, std::size_t size, std::uint64_t offset) {
+    auto got = ::pread(fd, out, size, static_cast<off_t>(offset));
+    return got >= 0 && static_cast<std::size_t>(got) == size;
+}
+
+std::optional<Elf64_Ehdr> read_header(int fd) {
+    Elf64_Ehdr header{};
+    if (!read_at(fd, &header, sizeof header, 0)) return std::nullopt;
+    if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) return std::nullopt;
+    if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB)
+        return std::nullopt;
+    return header;
+}
+
+// A library of another architecture (an i386 entry of the cache) is skipped,
+// as the loader skips it.
+bool loadable(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return false;
+    auto header = read_header(fd.get());
+    return header && (k_machine == EM_NONE || header->e_machine == k_machine);
+}
+
+bool exists(const std::string& path) {
+    struct stat info {};
+    return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+std::string expand_origin(std::string entry, const std::string& origin) {
+    for (std::string_view token : {"${ORIGIN}", "$ORIGIN"})
+        for (auto at = entry.find(token); at != std::string::npos; at = entry.find(token))
+            entry.replace(at, token.size(), origin);
+    return entry;
+}
+
+// The new-format cache (glibc 2.32 and later write only this one): a header,
+// then entries of (flags, key, value, osversion, hwcap) whose key and value
+// are offsets of strings from the start of the header.
+std::string from_cache(const std::string& name, const std::string& cache_file) {
+    // One read of the whole file (about 60 KB), not a character at a time.
+    std::ifstream in(cache_file, std::ios::binary | std::ios::ate);
+    if (!in) return {};
+    std::string data(static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg())), '\0');
+    in.seekg(0);
+    if (!in.read(data.data(), static_cast<std::streamsize>(data.size()))) return {};
+    constexpr std::string_view k_magic = "glibc-ld.so.cache1.1";
+    constexpr std::size_t k_header = 48, k_entry = 24;
+    if (data.size() < k_header || !data.starts_with(k_magic)) return {};
+    std::uint32_t count = 0;
+    std::memcpy(&count, data.data() + 20, sizeof count);
+    if (count > (data.size() - k_header) / k_entry) return {};
+    auto string_at = [&data](std::uint32_t offset) -> std::string_view {
+        if (offset >= data.size()) return {};
+        const char* start = data.data() + offset;
+        return {start, ::strnlen(start, data.size() - offset)};
+    };
+    for (std::uint32_t i = 0; i < count; ++i) {
+        const char* entry = data.data() + k_header + std::size_t{i} * k_entry;
+        std::uint32_t key = 0, value = 0;
+        std::memcpy(&key, entry + 4, sizeof key);
+        std::memcpy(&value, entry + 8, sizeof value);
+        if (string_at(key) != name) continue;
+        std::string path(string_at(value));
+        if (loadable(path)) return path;
+    }
+    return {};
+}
+
+}  // namespace
+
+std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return std::unexpected(path + ": " + std::strerror(errno));
+    auto header = read_header(fd.get());
+    if (!header) return std::unexpected(path + ": not a 64-bit little-endian ELF file");
+    std::vector<Elf64_Phdr> segments(header->e_phnum);
+    if (header->e_phentsize != sizeof(Elf64_Phdr) ||
+        !read_at(fd.get(), segments.data(), segments.size() * sizeof(Elf64_Phdr), header->e_phoff))
+        return std::unexpected(path + ": cannot read its program headers");
+    // Dynamic entries hold addresses; the file offsets come from the loads.
+    auto file_offset = [&segments](std::uint64_t address) -> std::optional<std::uint64_t> {
+        for (const Elf64_Phdr& segment : segments)
+            if (segment.p_type == PT_LOAD && address >= segment.p_vaddr &&
+                address < segment.p_vaddr + segment.p_filesz)
+                return address - segment.p_vaddr + segment.p_offset;
+        return std::nullopt;
+    };
+    ElfDependencies out;
+    for (const Elf64_Phdr& segment : segments) {
+        if (segment.p_type != PT_DYNAMIC) continue;
+        // Sizes from the file are bounded before anything is allocated for them.
+        if (segment.p_filesz > k_max_table_bytes)
+            return std::unexpected(path + ": its dynamic section is implausibly large");
+        std::vector<Elf64_Dyn> entries(segment.p_filesz / sizeof(Elf64_Dyn));
+        if (!read_at(fd.get(), entries.data(), entries.size() * sizeof(Elf64_Dyn),
+                     segment.p_offset))
+            return std::unexpected(path + ": cannot read its dynamic section");
+        std::uint64_t strtab = 0, strsz = 0;
+        for (const Elf64_Dyn& entry : entries) {
+            if (entry.d_tag == DT_STRTAB) strtab = entry.d_un.d_ptr;
+            if (entry.d_tag == DT_STRSZ) strsz = entry.d_un.d_val;
+        }
+        if (strsz > k_max_table_bytes)
+            return std::unexpected(path + ": its dynamic string table is implausibly large");
+        auto table_offset = file_offset(strtab);
+        std::string strings(strsz, '\0');
+        if (!table_offset || !read_at(fd.get(), strings.data(), strings.size(), *table_offset))
+            return std::unexpected(path + ": cannot read its dynamic string table");
+        auto string_at = [&strings](std::uint64_t offset) -> std::string {
+            if (offset >= strings.size()) return {};
+            return std::string(strings.c_str() + offset);
+        };
+        std::string origin = std::filesystem::absolute(path).parent_path().string();
+        std::string rpath, runpath;
+        for (const Elf64_Dyn& entry : entries) {
+            if (entry.d_tag == DT_NEEDED) out.needed.push_back(string_at(entry.d_un.d_val));
+            if (entry.d_tag == DT_RPATH) rpath = string_at(entry.d_un.d_val);
+            if (entry.d_tag == DT_RUNPATH) runpath = string_at(entry.d_un.d_val);
+        }
+        // DT_RUNPATH wins over DT_RPATH when both are there, as in the loader.
+        out.run_path_is_rpath = runpath.empty() && !rpath.empty();
+        for (const std::string& dir : split_path(runpath.empty() ? rpath : runpath))
+            out.run_path.push_back(expand_origin(dir, origin));
+    }
+    return out;
+}
+
+std::string resolve_needed(const std::string& name, const ElfDependencies& object,
+                           const std::string& ld_library_path, const std::string& cache_file) {
+    if (name.find('/') != std::string::npos) return exists(name) ? name : std::string();
+    auto search = [&name](const std::vector<std::string>& dirs) -> std::string {
+        for (const std::string& dir : dirs)
+            if (std::string path = dir + "/" + name; exists(path) && loadable(path)) return path;
+        return {};
+    };
+    std::vector<std::string> environment_dirs = split_path(ld_library_path);
+    std::vector<std::string> first = object.run_path_is_rpath ? object.run_path : environment_dirs;
+    std::vector<std::string> second = object.run_path_is_rpath ? environment_dirs : object.run_path;
+    for (const auto* dirs : {&first, &second})
+        if (std::string path = search(*dirs); !path.empty()) return path;
+    if (std::string path = from_cache(name, cache_file); !path.empty()) return path;
+    std::vector<std::string> defaults;
+    if (!k_multiarch.empty())
+        for (std::string_view root : {"/lib/", "/usr/lib/"})
+            defaults.push_back(std::string(root) + std::string(k_multiarch));
+    defaults.insert(defaults.end(), {"/lib", "/usr/lib"});
+    return search(defaults);
+}
+
+}  // namespace ddprun
