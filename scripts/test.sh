@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command that says whether the tree is good: installs the Debian
 # packages, builds with warnings as errors, runs every CTest test, checks
-# formatting, and builds, installs and removes the Debian package. CI runs exactly this (.ci/run); run it locally before pushing.
+# formatting, and builds, installs and removes the Debian package. CI runs
+# exactly this (.ci/run); run it locally before pushing.
 #
 #   bash scripts/test.sh              # build into build/
 #   BUILD_DIR=build-x JOBS=1 bash scripts/test.sh

@@ -29,7 +29,7 @@ constexpr std::string_view k_fan_out =
 // k_options (cli_options.hpp): the one list of options.
 constexpr OptionSpec k_option_table[] = {
     {"nnodes", 0, "N", EnvDefault::Torchrun, k_torchrun,
-     "number of nodes; MIN:MAX only with MIN == MAX [1]"},
+     "number of nodes, or MIN:MAX for an elastic job [1]"},
     {"nproc_per_node", 0, "N|gpu|cpu|auto", EnvDefault::Torchrun, k_torchrun,
      "workers on this node [1]"},
     {"node_rank", 0, "RANK", EnvDefault::Torchrun, k_torchrun, "this node, 0..nnodes-1"},
@@ -90,7 +90,7 @@ constexpr OptionSpec k_option_table[] = {
     {"hang-timeout-first", 0, "SECS", EnvDefault::Ddprun, k_ddprun,
      "a worker must beat within SECS of its start [no bound]"},
     {"log-prefix", 0, "TEMPLATE", EnvDefault::Ddprun, k_ddprun,
-     "{rank} {local_rank} {node_rank} {role} {round} [\"[{rank}]: \"]"},
+     "{rank} {local_rank} {node_rank} {host} {role} {round}"},
     {"event-log", 0, "PATH", EnvDefault::Ddprun, k_ddprun,
      "append this node's events as JSON lines (docs/events.md)"},
     {"hosts", 0, "HOST[:SLOTS],...", EnvDefault::Ddprun, k_fan_out,

@@ -1,6 +1,9 @@
 // ddprun's entry point: parse, prepare, run, and exit with the code that
 // says how it went (README "Exit codes").
+#include <unistd.h>
+
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -12,8 +15,23 @@
 
 extern char** environ;
 
+namespace {
+
+// An exception that escaped a thread (a library's own: see uncaught_error) is one
+// line and a documented exit code, not an abort; the supervisor then stops every
+// process of the job as for any agent exit.
+[[noreturn]] void on_terminate() {
+    const ddprun::Error error = ddprun::uncaught_error(std::current_exception());
+    std::fprintf(stderr, "ddprun: error: %s\n", error.message.c_str());
+    std::fflush(stderr);
+    ::_exit(error.exit_code);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
     using namespace ddprun;
+    std::set_terminate(on_terminate);
     Environment env = environment_from(environ);
     auto command_line = parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
     if (!command_line) {

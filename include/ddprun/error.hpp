@@ -5,6 +5,7 @@
 // failure ends the job. Exceptions are kept for the unexpected.
 #pragma once
 
+#include <exception>
 #include <expected>
 #include <string>
 
@@ -30,5 +31,12 @@ inline Error rendezvous_error(std::string message) {
 
 // "<call>: <strerror(errno)>", for a failed syscall; reads errno.
 Error system_error(const std::string& call);
+
+// What an exception that escaped a thread means (main's std::terminate handler
+// says it in one line and exits with its code, instead of an abort): a
+// connection error is the rendezvous store lost (75), as when torch 1.13's
+// TCPStore client lets a reset escape its own callback thread after the
+// store's host died; anything else is ddprun's own failure (70).
+Error uncaught_error(std::exception_ptr error);
 
 }  // namespace ddprun

@@ -15,14 +15,19 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -30,6 +35,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ddprun/error.hpp"
 #include "ddprun/etcd_store.hpp"
 #include "support/etcd_server.hpp"
 #include "support/free_port.hpp"
@@ -677,3 +683,26 @@ TEST(StorePluginChild, MissingPlugin) {
 
 }  // namespace
 }  // namespace ddprun
+
+// What main's std::terminate handler says and exits with when an exception escapes a
+// thread: torch 1.13's TCPStore client lets a reset escape its callback thread when the
+// store's host dies (seen once in CI: node 1 aborted with 134 instead of exiting 75).
+TEST(UncaughtError, AConnectionErrorIsTheStoreLost) {
+    for (int code : {ECONNRESET, ECONNABORTED, EPIPE, ENOTCONN, ECONNREFUSED}) {
+        auto error = ddprun::uncaught_error(
+            std::make_exception_ptr(std::system_error(code, std::system_category())));
+        EXPECT_EQ(error.exit_code, 75) << code;
+        EXPECT_TRUE(error.message.starts_with("lost the rendezvous store: ")) << error.message;
+        EXPECT_NE(error.message.find(std::strerror(code)), std::string::npos) << error.message;
+    }
+}
+
+TEST(UncaughtError, AnythingElseIsInternal) {
+    auto other = ddprun::uncaught_error(
+        std::make_exception_ptr(std::system_error(ENOMEM, std::system_category())));
+    EXPECT_EQ(other.exit_code, 70);
+    EXPECT_EQ(ddprun::uncaught_error(std::make_exception_ptr(std::runtime_error("boom"))).message,
+              "internal error: boom");
+    EXPECT_EQ(ddprun::uncaught_error(std::make_exception_ptr(42)).exit_code, 70);
+    EXPECT_EQ(ddprun::uncaught_error(nullptr).exit_code, 70);
+}
