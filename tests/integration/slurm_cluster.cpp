@@ -241,6 +241,19 @@ std::string SlurmCluster::daemon_died() const {
     return {};
 }
 
+std::string SlurmCluster::failure_report() {
+    m_keep_dir = true;
+    std::string gone;
+    for (const auto& daemon : m_daemons) {
+        if (!process_alive(daemon.pid))
+            gone += fmt::format(" {} (pid {})", daemon.name, daemon.pid);
+    }
+    return fmt::format("slurm daemons gone:{}\nsinfo: {}cluster files kept in {}\n{}",
+                       gone.empty() ? " none" : gone,
+                       client({"sinfo", "-h", "-N", "-o", "%N %T"}, 10s).out, m_dir,
+                       describe_logs(20));
+}
+
 std::string SlurmCluster::wait_ready() {
     std::string error;
     // munged: its socket exists.

@@ -85,6 +85,9 @@ class SlurmCluster {
 
     // The last lines of every daemon's log, for a failure message.
     std::string describe_logs(std::size_t lines_each = 15) const;
+    // For a failed test: which daemons are gone and the end of every log;
+    // the cluster's files are kept for inspection.
+    std::string failure_report();
 
   private:
     std::string check_prerequisites() const;
@@ -101,7 +104,7 @@ class SlurmCluster {
     std::vector<DaemonSpec> m_specs;  // what the keeper starts, in order
     std::vector<SlurmDaemon> m_daemons;
     Keeper m_keeper;
-    bool m_keep_dir = false;  // a failed start keeps the logs for inspection
+    bool m_keep_dir = false;  // a failed start or test keeps the logs for inspection
 };
 
 // The cluster this run of ddprun_scheduler_tests started (main's --proctrack),

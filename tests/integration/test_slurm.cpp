@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -147,6 +148,7 @@ class SlurmTest : public IntegrationTest {
             EXPECT_TRUE(live.empty()) << "workers alive at the end of the test:\n"
                                       << describe(live);
             for (const auto& info : live) ::kill(info.pid, SIGKILL);
+            if (HasFailure()) std::fprintf(stderr, "%s", m_cluster->failure_report().c_str());
         }
         IntegrationTest::TearDown();
     }
