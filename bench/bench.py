@@ -470,13 +470,33 @@ def stripped_size(path):
         return os.path.getsize(copy)
 
 
+def empty_cxx_program(directory):
+    """An empty main linked against libstdc++ as ddprun is (the system's c++),
+    or None when there is no compiler."""
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if not compiler:
+        return None
+    path = os.path.join(directory, "empty")
+    built = subprocess.run(
+        [compiler, "-O2", "-x", "c++", "-", "-o", path, "-Wl,--no-as-needed", "-lstdc++"],
+        input="int main() { return 0; }\n", capture_output=True, text=True)
+    return path if built.returncode == 0 else None
+
+
 def bench_startup(args):
     """(m): what starting ddprun costs, next to starting /bin/true; and what
     each of 8 workers costs, next to a shell loop that starts the same 8."""
     true_argv = [shutil.which("true") or "/usr/bin/true"]
     nproc = args.nproc
+    empty_dir = tempfile.mkdtemp(prefix="ddprun-bench-empty-")
+    empty_cxx = empty_cxx_program(empty_dir)
     rows_spec = [
         ("/bin/true (limit)", lambda: true_argv, args.startup_reps),
+    ]
+    if empty_cxx:
+        # The floor of any dynamically linked C++ program: loading libstdc++ and libgcc_s.
+        rows_spec.append(("empty C++ program (libstdc++)", lambda: [empty_cxx], args.startup_reps))
+    rows_spec += [
         ("ddprun --version", lambda: [args.ddprun, "--version"], args.startup_reps),
         ("ddprun --help", lambda: [args.ddprun, "--help"], args.startup_reps),
         (f"shell loop, {nproc} `true` (limit)", lambda: ["bash", "-c", shell_loop(nproc, true_argv)],
@@ -499,7 +519,7 @@ def bench_startup(args):
     for name, _, reps in rows_spec:
         samples = times[name]
         over, per_worker, verdict = "-", "-", "-"
-        if name.startswith("ddprun --"):
+        if name.startswith("ddprun --") or name.startswith("empty C++"):
             over = f"{median_ms[name] - true_ms:+.2f}"
             if name == "ddprun --version":
                 verdict = goal_verdict(median_ms[name] - true_ms, STARTUP_GOAL_MS)
@@ -518,6 +538,7 @@ def bench_startup(args):
         ["run", "runs", "median ms", "min ms", "over limit ms", "per worker ms", "goal"],
         rows,
     )
+    shutil.rmtree(empty_dir, ignore_errors=True)
     libraries = shared_libraries(args.ddprun)
     stripped = stripped_size(args.ddprun)
     stripped_text = f"{stripped / 2**20:.1f} MiB stripped" if stripped else "strip failed"

@@ -11,22 +11,10 @@ find_package(nlohmann_json REQUIRED)
 # are started with vfork, not Boost.Process, which needed Boost.Filesystem),
 # and fmt and spdlog too (ddprun_fmt, ddprun_spdlog below).
 find_package(Boost 1.74 REQUIRED)
-# The etcd backend: base64 now, TLS to the cluster (libssl-dev).
-# DDPRUN_STATIC_OPENSSL links libssl.a/libcrypto.a instead: loading
-# libcrypto.so.3 (4.5 MB, 5000 symbol relocations, bound at load) is the
-# largest single part of ddprun's start-up, about 1 ms of its 2.5 ms over
-# /bin/true on the build machine (bench/run.sh (m)). Off by default: a
-# static copy misses Debian's OpenSSL security updates until ddprun is
-# rebuilt.
-if(DDPRUN_STATIC_OPENSSL)
-  set(OPENSSL_USE_STATIC_LIBS TRUE)
-endif()
-# FindOpenSSL caches the libraries it found: look again when the choice changes.
-if(NOT "${DDPRUN_STATIC_OPENSSL}" STREQUAL "${DDPRUN_STATIC_OPENSSL_FOUND_AS}")
-  unset(OPENSSL_SSL_LIBRARY CACHE)
-  unset(OPENSSL_CRYPTO_LIBRARY CACHE)
-  set(DDPRUN_STATIC_OPENSSL_FOUND_AS "${DDPRUN_STATIC_OPENSSL}" CACHE INTERNAL "")
-endif()
+# The OpenSSL plugin (etcd's HTTP and TLS, HMAC-SHA256; libssl-dev). Only the
+# plugin links it: loading libcrypto.so.3 took about 1.7 ms of every start on
+# the build machine (bench/run.sh (m)), and ddprun loads it only for an etcd
+# job or a job secret (include/ddprun/openssl_plugin.hpp).
 find_package(OpenSSL REQUIRED)
 
 # fmt and spdlog without their shared libraries (see Boost above). Debian's

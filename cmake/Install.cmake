@@ -1,8 +1,9 @@
-# `cmake --install build --prefix P`: P/bin/ddprun, the store plugin in
-# P/lib/ddprun (found relative to the binary), ddprun(1), the bash and
+# `cmake --install build --prefix P`: P/bin/ddprun, the store and OpenSSL
+# plugins in P/lib/ddprun (found relative to the binary), ddprun(1), the bash and
 # zsh completions, the README and the license. The Debian package
 # (scripts/package.sh, cmake/Packaging.cmake) is this same install under /usr.
 install(TARGETS ddprun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ddprun_openssl LIBRARY DESTINATION ${DDPRUN_INSTALL_PLUGINDIR})
 if(TARGET ddprun_store)
   install(TARGETS ddprun_store LIBRARY DESTINATION ${DDPRUN_INSTALL_PLUGINDIR})
 endif()

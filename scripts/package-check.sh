@@ -41,6 +41,8 @@ if dpkg -L ddprun | grep -q '/libddprun_store\.so$'; then
   grep -qx "store plugin: $(dpkg -L ddprun | grep '/libddprun_store\.so$')" <<<"$version" \
     || fail "--version does not name the installed plugin"
 fi
+grep -qx "openssl plugin: $(dpkg -L ddprun | grep '/libddprun_openssl\.so$')" <<<"$version" \
+  || fail "--version does not name the installed OpenSSL plugin"
 [[ $(man -w ddprun) == /usr/share/man/man1/ddprun.1.gz ]] || fail "man -w ddprun: $(man -w ddprun)"
 
 # One node, two workers.
@@ -48,8 +50,10 @@ out=$("$ddprun" --nproc_per_node=2 --log-prefix='' sh -c 'echo "rank=$RANK world
 [[ $out == $'rank=0 world=2\nrank=1 world=2' ]] || fail "single-node job printed: $out"
 echo "package-check: single-node job from $ddprun: ok"
 
-# 2 nodes x 2 workers, two agents meeting over the c10d store on node 0.
+# 2 nodes x 2 workers, two agents meeting over the c10d store on node 0, every
+# record signed with a job secret through the installed OpenSSL plugin.
 if ((has_plugin)); then
+  export DDPRUN_RDZV_SECRET=package-check-secret-of-at-least-32-bytes
   port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   common=(--nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port"
     --rdzv_id=package-check --log-prefix='')
@@ -65,7 +69,8 @@ if ((has_plugin)); then
   out=$(sort "$scratch/node0" "$scratch/node1")
   want=$'rank=0 local_rank=0 node=0 world=4\nrank=1 local_rank=1 node=0 world=4\nrank=2 local_rank=0 node=1 world=4\nrank=3 local_rank=1 node=1 world=4'
   [[ $out == "$want" ]] || fail "2x2 job printed: $out"
-  echo "package-check: 2x2 job (c10d, 127.0.0.1 + 127.0.0.2) from $ddprun: ok"
+  echo "package-check: 2x2 job (c10d, 127.0.0.1 + 127.0.0.2, signed) from $ddprun: ok"
+  unset DDPRUN_RDZV_SECRET
 else
   echo "package-check: the package has no store plugin; the 2x2 c10d job is skipped" >&2
 fi

@@ -3,9 +3,10 @@
 # same tree and install rules as `cmake --install` (cmake/Install.cmake,
 # cmake/Packaging.cmake), then checks it with lintian.
 #
-# Depends are computed by dpkg-shlibdeps from what /usr/bin/ddprun links;
-# the store plugin's own libraries (libtorch) become Recommends: single-node
-# and etcd jobs never load them, so a machine without libtorch still gets a
+# Depends are computed by dpkg-shlibdeps from what /usr/bin/ddprun and the
+# OpenSSL plugin (etcd jobs, job secrets: part of every install) link; the
+# store plugin's own libraries (libtorch) become Recommends: single-node and
+# etcd jobs never load them, so a machine without libtorch still gets a
 # working ddprun.
 #
 #   bash scripts/package.sh                   # builds in build-pkg/, writes dist/ddprun_*.deb
@@ -27,7 +28,7 @@ bash scripts/install-deps.sh
 # are built just below.
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON \
   -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >/dev/null
-targets=(ddprun docs)
+targets=(ddprun ddprun_openssl docs)
 # (Read whole first: grep -q would stop reading early, and pipefail would see cmake's SIGPIPE.)
 available_targets=$(cmake --build "$build_dir" --target help)
 if grep -qw ddprun_store <<<"$available_targets"; then
@@ -46,8 +47,11 @@ mkdir -p "$work/debian" && touch "$work/debian/control"
 shlibs_of() {
   (cd "$work" && dpkg-shlibdeps -O "$@" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
 }
-depends=$(shlibs_of -e"$work/root/usr/bin/ddprun")
+openssl_plugin=$(find "$work/root" -name libddprun_openssl.so)
+[[ -n $openssl_plugin ]] || { echo "package: the install has no libddprun_openssl.so" >&2; exit 1; }
+depends=$(shlibs_of -e"$work/root/usr/bin/ddprun" -e"$openssl_plugin")
 [[ -n $depends ]] || { echo "package: dpkg-shlibdeps found no dependencies of ddprun" >&2; exit 1; }
+[[ $depends == *libssl3* ]] || { echo "package: Depends lacks libssl3: $depends" >&2; exit 1; }
 recommends=""
 plugin=$(find "$work/root" -name libddprun_store.so)
 if [[ -n $plugin ]]; then

@@ -107,6 +107,7 @@ constexpr Entry k_environment_read[] = {
      "address and port, and the job id of the options not given; --dry-run shows each "
      "value's source"},
     {"DDPRUN_STORE_PLUGIN", "the store plugin to load instead of the installed one"},
+    {"DDPRUN_OPENSSL_PLUGIN", "the OpenSSL plugin to load instead of the installed one"},
     {"TMPDIR", "where ddprun makes its scratch directory (default /tmp)"},
 };
 

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddprun/etcd_client.hpp"
+#include "ddprun/openssl_plugin.hpp"
 #include "etcd_answers.hpp"
 
 namespace ddprun {
@@ -25,7 +26,7 @@ std::string EtcdClient::token(Clock::time_point deadline,
     if (refused)
         spdlog::debug("etcd refused the token of user '{}': authenticating again",
                       credentials.user);
-    Answer answer = post(
+    auto answer = m_transport->post(
         "/v3/auth/authenticate",
         json{{"name", credentials.user}, {"password", credentials.password}}.dump(), {}, deadline);
     auto said = json::parse(answer.body, nullptr, false);

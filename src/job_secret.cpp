@@ -2,8 +2,8 @@
 #include "ddprun/job_secret.hpp"
 
 #include <fcntl.h>
-#include <openssl/rand.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,11 +142,19 @@ void forget_secret_variables(Environment& env) {
     }
 }
 
+// getrandom(2) without flags: the kernel's CSPRNG (what OpenSSL seeds from),
+// blocking only until it is first seeded at boot; 32 bytes come in one call.
 std::string make_secret() {
     std::string secret(k_min_secret_bytes, '\0');
-    if (RAND_bytes(reinterpret_cast<unsigned char*>(secret.data()),
-                   static_cast<int>(secret.size())) != 1)
-        throw std::runtime_error("OpenSSL RAND_bytes failed to make the job's secret");
+    std::size_t filled = 0;
+    while (filled < secret.size()) {
+        ssize_t n = ::getrandom(secret.data() + filled, secret.size() - filled, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            throw std::runtime_error(
+                fmt::format("getrandom failed to make the job's secret: {}", std::strerror(errno)));
+        filled += static_cast<std::size_t>(n);
+    }
     return secret;
 }
 

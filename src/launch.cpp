@@ -101,8 +101,14 @@ Status prepare_etcd_access(LaunchContext& ctx) {
     const EtcdAccess& access = ctx.config.rendezvous.etcd;
     if (ctx.config.rdzv_backend != "etcd") return {};
     if (access.https) {
-        if (auto problem = check_tls_files({access.ca_cert, access.ssl_cert, access.ssl_cert_key}))
-            return std::unexpected(usage_error(*problem));
+        try {
+            if (auto problem =
+                    check_tls_files({access.ca_cert, access.ssl_cert, access.ssl_cert_key}))
+                return std::unexpected(usage_error(*problem));
+        } catch (const StoreError& error) {
+            // The OpenSSL plugin cannot be loaded: the join would fail the same way.
+            return std::unexpected(rendezvous_error(error.what()));
+        }
     }
     if (access.user.empty()) return {};
     const std::string shown = "--rdzv_conf password_file=" + access.password_file;

@@ -1,10 +1,6 @@
 // The job secret's guard over a Store (see signed_store.hpp).
 #include "ddprun/signed_store.hpp"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <cstdint>
 #include <mutex>
 #include <set>
@@ -12,11 +8,23 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ddprun/openssl_plugin.hpp"
+
 namespace ddprun {
 namespace {
 
 constexpr std::size_t k_mac_bytes = 32;
 constexpr std::size_t k_mac_hex = 2 * k_mac_bytes;
+
+// Compares two MACs of k_mac_bytes in a time that does not depend on where
+// they differ (as CRYPTO_memcmp), so that timing tells a forger nothing.
+bool same_in_constant_time(std::string_view a, std::string_view b) {
+    if (a.size() != k_mac_bytes || b.size() != k_mac_bytes) return false;
+    unsigned char difference = 0;
+    for (std::size_t i = 0; i < k_mac_bytes; ++i)
+        difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+    return difference == 0;
+}
 
 // Each field with its length first, so that no two (key, value) give the same bytes;
 // a version tag, so that a later format cannot be confused with this one. The run id
@@ -136,15 +144,9 @@ class SignedStore final : public Store {
 }  // namespace
 
 std::string hmac_sha256(std::string_view key, std::string_view data) {
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    // HMAC() (not the deprecated HMAC_CTX) is OpenSSL 3's one-shot HMAC.
-    if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-             reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac,
-             &length) == nullptr ||
-        length != k_mac_bytes)
-        throw std::runtime_error("OpenSSL HMAC-SHA256 failed");
-    return std::string(reinterpret_cast<const char*>(mac), length);
+    std::string mac = openssl_plugin().hmac_sha256(key, data);
+    if (mac.size() != k_mac_bytes) throw std::runtime_error("OpenSSL HMAC-SHA256 failed");
+    return mac;
 }
 
 std::string to_hex(std::string_view bytes) {
@@ -202,12 +204,13 @@ std::expected<std::string, std::string> open_record(std::string_view secret, std
     if (!mac) return std::unexpected(not_signed(key));
     const std::string_view value = stored.substr(value_at);
     const std::string expected = hmac_sha256(secret, mac_input(key, value));
-    if (CRYPTO_memcmp(expected.data(), mac->data(), k_mac_bytes) != 0)
-        return std::unexpected(not_signed(key));
+    if (!same_in_constant_time(expected, *mac)) return std::unexpected(not_signed(key));
     return std::string(value);
 }
 
 std::unique_ptr<Store> sign_store(std::unique_ptr<Store> inner, std::string secret) {
+    // A plugin that cannot load fails the join now, in one line, not the first record.
+    if (!secret.empty()) openssl_plugin();
     return std::make_unique<SignedStore>(std::move(inner), std::move(secret),
                                          std::make_shared<Warnings>());
 }

@@ -4,12 +4,8 @@
 #include "ddprun/store.hpp"
 
 #include <dlfcn.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <array>
-#include <cstdlib>
-#include <filesystem>
 #include <string_view>
 
 namespace ddprun {
@@ -27,11 +23,6 @@ struct PluginLoad {
     std::string error;     // why entry is null, for the user
     std::string dl_error;  // dlerror() of a failed dlopen
 };
-
-bool file_exists(const std::string& path) {
-    struct stat info {};
-    return ::stat(path.c_str(), &info) == 0;
-}
 
 // dlerror() of a missing libtorch names the library; keep it, it says what
 // is missing, but on the same line as what to do.
@@ -55,32 +46,15 @@ PluginLoad load_from(const std::string& path) {
     return {reinterpret_cast<StorePluginEntry>(symbol), {}, {}};
 }
 
-std::string own_directory() {
-    std::error_code error;
-    auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
-    if (error) return {};
-    return exe.parent_path().string();
-}
-
-// Set by CMake from the install layout (bin -> lib/ddprun): relative, so that
-// a copied prefix finds its plugin like the original.
-#ifndef DDPRUN_PLUGIN_RELATIVE_DIR
-#define DDPRUN_PLUGIN_RELATIVE_DIR "../lib/ddprun"
-#endif
-
-// $DDPRUN_STORE_PLUGIN (used alone when set), then the plugin beside the
-// running binary, then the install's plugin directory, then the loader's
-// search path.
+// Where locate_store_plugin() finds it, else on the loader's search path.
 PluginLoad find_and_load() {
-    StorePluginLocation location = locate_store_plugin();
+    PluginLocation location = locate_store_plugin();
     if (!location.path.empty()) return load_from(location.path);
     PluginLoad load = load_from(k_store_plugin_name);
     if (load.entry == nullptr && load.dl_error.starts_with(k_store_plugin_name)) {
         // Not built or not installed: the hint alone says everything.
-        load.error = std::string(k_need_libtorch) + " (" + k_store_plugin_name + " not found";
-        for (std::size_t i = 0; i < location.searched.size(); ++i)
-            load.error += (i == 0 ? " in " : " or ") + location.searched[i];
-        load.error += ")";
+        load.error = std::string(k_need_libtorch) + " (" + k_store_plugin_name + " not found " +
+                     searched_places(location) + ")";
     }
     return load;
 }
@@ -114,27 +88,8 @@ bool tcp_store_available() {
     return plugin().entry != nullptr;
 }
 
-StorePluginLocation locate_store_plugin() {
-    StorePluginLocation location;
-    if (const char* explicit_path = std::getenv("DDPRUN_STORE_PLUGIN");
-        explicit_path != nullptr && *explicit_path != '\0') {
-        location.path = explicit_path;
-        location.searched.push_back(explicit_path);
-        location.from_environment = true;
-        return location;
-    }
-    std::string dir = own_directory();
-    if (dir.empty()) return location;
-    for (std::filesystem::path candidate :
-         {std::filesystem::path(dir), std::filesystem::path(dir) / DDPRUN_PLUGIN_RELATIVE_DIR}) {
-        candidate = candidate.lexically_normal();
-        location.searched.push_back(candidate.string());
-        if (std::string file = (candidate / k_store_plugin_name).string(); file_exists(file)) {
-            location.path = file;
-            break;
-        }
-    }
-    return location;
+PluginLocation locate_store_plugin() {
+    return locate_plugin(k_store_plugin_name, "DDPRUN_STORE_PLUGIN");
 }
 
 }  // namespace ddprun

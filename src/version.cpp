@@ -3,11 +3,14 @@
 // commit recompiles this one file.
 #include "ddprun/version.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <string_view>
 
 #include "ddprun/elf_dependencies.hpp"
+#include "ddprun/openssl_plugin.hpp"
 #include "ddprun/store.hpp"
 #include "ddprun_git_commit.hpp"
 
@@ -18,16 +21,20 @@
 namespace ddprun {
 namespace {
 
-// The libtorch libraries the plugin needs, each where the loader would find
-// it (symbolic links resolved, so the file name shows libtorch's version):
-// "libtorch: /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13.0, ...".
-std::string libtorch_line(const std::string& plugin) {
+// The libraries of `plugin` whose names start with one of `prefixes`, each
+// where the loader would find it (symbolic links resolved, so the file name
+// shows the version): "libtorch: /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13.0, ...".
+std::string needed_line(const std::string& label, const std::string& plugin,
+                        std::initializer_list<std::string_view> prefixes,
+                        const std::string& when_missing) {
     auto dependencies = read_elf_dependencies(plugin);
-    if (!dependencies) return "libtorch: unknown (" + dependencies.error() + ")\n";
+    if (!dependencies) return label + ": unknown (" + dependencies.error() + ")\n";
     const char* ld_library_path = std::getenv("LD_LIBRARY_PATH");
     std::string found, missing;
     for (const std::string& name : dependencies->needed) {
-        if (!name.starts_with("libtorch") && !name.starts_with("libc10")) continue;
+        if (std::none_of(prefixes.begin(), prefixes.end(),
+                         [&](std::string_view prefix) { return name.starts_with(prefix); }))
+            continue;
         std::string path =
             resolve_needed(name, *dependencies, ld_library_path != nullptr ? ld_library_path : "");
         if (path.empty()) {
@@ -38,10 +45,17 @@ std::string libtorch_line(const std::string& plugin) {
         auto real = std::filesystem::canonical(path, error);
         found += (found.empty() ? "" : ", ") + (error ? path : real.string());
     }
-    if (found.empty() && missing.empty()) return "libtorch: the store plugin links none\n";
-    if (missing.empty()) return "libtorch: " + found + "\n";
-    return "libtorch: missing " + missing +
-           " (multi-node c10d jobs need it: install libtorch, e.g. Debian's libtorch-dev)\n";
+    if (found.empty() && missing.empty()) return label + ": the plugin links none\n";
+    if (missing.empty()) return label + ": " + found + "\n";
+    return label + ": missing " + missing + " (" + when_missing + ")\n";
+}
+
+std::string plugin_line(const std::string& label, const PluginLocation& plugin,
+                        const char* variable, const char* needed_by) {
+    if (plugin.path.empty())
+        return label + ": not found " + searched_places(plugin) + " (" + needed_by + ")\n";
+    return label + ": " + plugin.path +
+           (plugin.from_environment ? std::string(" (") + variable + ")" : "") + "\n";
 }
 
 }  // namespace
@@ -56,19 +70,22 @@ const char* build_commit() {
 
 std::string version_report() {
     std::string report = std::string("ddprun ") + version() + " (commit " + build_commit() + ")\n";
-    StorePluginLocation plugin = locate_store_plugin();
-    if (plugin.path.empty()) {
-        report += "store plugin: not found in ";
-        for (std::size_t i = 0; i < plugin.searched.size(); ++i)
-            report += (i == 0 ? "" : " or ") + plugin.searched[i];
-        report +=
-            " (multi-node c10d jobs need it; single-node and etcd jobs do not)\n"
-            "libtorch: not needed without the store plugin\n";
-        return report;
-    }
-    report += "store plugin: " + plugin.path +
-              (plugin.from_environment ? " (DDPRUN_STORE_PLUGIN)" : "") + "\n";
-    return report + libtorch_line(plugin.path);
+    const PluginLocation store = locate_store_plugin();
+    report += plugin_line("store plugin", store, "DDPRUN_STORE_PLUGIN",
+                          "multi-node c10d jobs need it; single-node and etcd jobs do not");
+    report += store.path.empty()
+                  ? "libtorch: not needed without the store plugin\n"
+                  : needed_line("libtorch", store.path, {"libtorch", "libc10"},
+                                "multi-node c10d jobs need it: install libtorch, e.g. Debian's "
+                                "libtorch-dev");
+    const PluginLocation openssl = locate_openssl_plugin();
+    report += plugin_line("openssl plugin", openssl, "DDPRUN_OPENSSL_PLUGIN",
+                          "etcd jobs and job secrets need it; it comes with ddprun");
+    report += openssl.path.empty()
+                  ? "OpenSSL: not needed without the openssl plugin\n"
+                  : needed_line("OpenSSL", openssl.path, {"libssl", "libcrypto"},
+                                "etcd jobs and job secrets need it: install libssl3");
+    return report;
 }
 
 }  // namespace ddprun

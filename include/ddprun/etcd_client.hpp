@@ -9,14 +9,9 @@
 // that costs what a single-node one does). nlohmann-json reads the answers;
 // no HTTP is parsed by hand.
 //
-// Why TLS through Beast's ssl_stream over OpenSSL: the same Beast code then
-// speaks HTTP over TCP or over TLS (only the stream type differs), OpenSSL
-// is the library the distribution keeps patched (and the one this client
-// already links for base64), and certificate-chain and host-name checks are
-// OpenSSL's own (X509_VERIFY_PARAM), so a refusal names the problem in
-// OpenSSL's words ("unable to get local issuer certificate", "IP address
-// mismatch"). No TLS is written here; etcd_tls.hpp holds the context and the
-// messages.
+// The HTTP(S) connections are the OpenSSL plugin's (EtcdTransport in
+// openssl_plugin.hpp, dlopen'ed when the first client is made): TLS through
+// Beast's ssl_stream over OpenSSL, which single-node jobs never load.
 //
 // Authentication: with a user, the client asks /v3/auth/authenticate for a
 // token and sends it, as the gateway expects, as the bare value of the
@@ -33,7 +28,6 @@
 // when etcd refused the request.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -82,10 +76,15 @@ struct EtcdOptions {
 // Loads the CA, the client certificate and its key as a connection would,
 // and says in one line what is wrong with them (unreadable, not PEM, a key
 // that is not the certificate's), naming --rdzv_conf's key and the path.
+// Throws StoreError when the OpenSSL plugin cannot be loaded.
 std::optional<std::string> check_tls_files(const EtcdTls& tls);
+
+class EtcdTransport;
 
 class EtcdClient {
   public:
+    // Throws StoreError Other: no endpoint, TLS files that cannot be used, or
+    // an OpenSSL plugin that cannot be loaded.
     explicit EtcdClient(EtcdOptions options);
     ~EtcdClient();
     EtcdClient(const EtcdClient&) = delete;
@@ -123,18 +122,6 @@ class EtcdClient {
     const EtcdOptions& options() const { return m_options; }
 
   private:
-    struct Connection;
-    struct Answer {
-        unsigned status = 0;
-        std::string body;
-        std::string endpoint;  // the member that gave it
-    };
-    void throw_if_cancelled() const;
-    std::unique_ptr<Connection> connect_any(std::chrono::steady_clock::time_point deadline);
-    // One request and its answer, from the members in turn until one answers
-    // (no leader, a member gone: the next); `token`: the Authorization header.
-    Answer post(const std::string& path, const std::string& body, const std::string& token,
-                std::chrono::steady_clock::time_point deadline);
     // The token to send ("" without a user), authenticating first if needed.
     // `refused`: the token etcd just refused, replaced unless another client
     // of the agent did so already.
@@ -142,11 +129,8 @@ class EtcdClient {
                       const std::optional<std::string>& refused = std::nullopt);
 
     EtcdOptions m_options;
-    struct Loop;                   // the io_context (and TLS context) of this client's connections
-    std::unique_ptr<Loop> m_loop;  // (one thread at a time; cancel() from any)
-    std::atomic<bool> m_cancelled{false};
-    std::size_t m_current = 0;  // the member tried first
-    std::unique_ptr<Connection> m_connection;
+    // The members and the connection (one thread at a time; cancel() from any).
+    std::unique_ptr<EtcdTransport> m_transport;
 };
 
 // A key-value's mod revision (the gateway writes int64 as a string).

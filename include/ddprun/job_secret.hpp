@@ -42,7 +42,7 @@ std::expected<std::string, Error> read_agent_secret(const LaunchConfig& config,
 // Removes the secret and the marker from `env` and from this process's environment.
 void forget_secret_variables(Environment& env);
 
-// 32 random bytes (OpenSSL RAND_bytes): a --hosts job's own secret.
+// 32 random bytes (getrandom(2)): a --hosts job's own secret.
 std::string make_secret();
 
 }  // namespace ddprun

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddprun/plugin_path.hpp"
+
 namespace ddprun {
 
 // Any store failure: timeout, connection lost, refused. what() is one line.
@@ -118,17 +120,8 @@ std::unique_ptr<Store> open_tcp_store(const StoreOptions& options);
 bool tcp_store_available();
 
 // Where open_tcp_store would load the plugin from, without loading it (for
-// --version): $DDPRUN_STORE_PLUGIN when set, else the first of the places it
-// looks that holds the file: beside the running binary (a build tree), then
-// the install's plugin directory relative to the binary (bin/../lib/ddprun
-// or the like, so a relocated install still finds it). `path` is empty when
-// none does (the loader's own search path is then the last resort).
-struct StorePluginLocation {
-    std::string path;
-    std::vector<std::string> searched;  // every place looked at, in order
-    bool from_environment = false;      // $DDPRUN_STORE_PLUGIN
-};
-StorePluginLocation locate_store_plugin();
+// --version): locate_plugin() with $DDPRUN_STORE_PLUGIN (plugin_path.hpp).
+PluginLocation locate_store_plugin();
 
 // The plugin's entry point, looked up with dlsym. The version is in the name so
 // that a plugin left over from a build with a different Store cannot be used

@@ -1,7 +1,8 @@
 // What `ddprun --version` prints: the version, the commit it was built from,
-// and whether the pieces a multi-node c10d job loads later (the store plugin,
-// and the libtorch it links) are where they will be looked for. Checked
-// without loading anything: loading libtorch alone takes 0.4 s.
+// and whether the pieces jobs load later are where they will be looked for:
+// the store plugin and the libtorch it links (multi-node c10d jobs), the
+// OpenSSL plugin and its libssl and libcrypto (etcd jobs, job secrets).
+// Checked without loading anything: loading libtorch alone takes 0.4 s.
 #pragma once
 
 #include <string>

@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "ddprun/elf_dependencies.hpp"
 #include "harness.hpp"
 
 namespace ddprun_it {
@@ -71,18 +72,36 @@ TEST_F(SingleNodeBasics, AllWorkersSucceed) {
     EXPECT_EQ(recorded_pids().size(), 3u);
 }
 
-// The version and commit, then what a c10d job would load: the store plugin
-// and its libtorch (tests/install/install_test.sh checks an installed one).
+// The version and commit, then what jobs would load later: the store plugin
+// and its libtorch, the OpenSSL plugin and its OpenSSL, found beside the
+// binary in the build tree (tests/install/install_test.sh checks an install).
 TEST_F(SingleNodeBasics, VersionPrintsNameAndVersion) {
     auto r = run({"--version"});
     ASSERT_EQ(r.exit_code, 0) << r.describe();
     auto lines = non_empty_lines(r.out);
-    ASSERT_EQ(lines.size(), 3u) << r.describe();
+    ASSERT_EQ(lines.size(), 5u) << r.describe();
     EXPECT_TRUE(lines[0].starts_with("ddprun ")) << lines[0];
     EXPECT_NE(lines[0].find(" (commit "), std::string::npos) << lines[0];
     EXPECT_TRUE(lines[1].starts_with("store plugin: ")) << lines[1];
     EXPECT_TRUE(lines[2].starts_with("libtorch: ")) << lines[2];
+    const std::string plugin =
+        (std::filesystem::path(DDPRUN_BINARY).parent_path() / "libddprun_openssl.so").string();
+    EXPECT_EQ(lines[3], "openssl plugin: " + plugin) << r.describe();
+    EXPECT_TRUE(lines[4].starts_with("OpenSSL: /")) << lines[4];
+    EXPECT_NE(lines[4].find("libcrypto.so"), std::string::npos) << lines[4];
     EXPECT_TRUE(r.out.ends_with("\n")) << r.describe();
+}
+
+// What keeps the start within reach of /bin/true (bench/run.sh (m)): the
+// binary links no OpenSSL, whose libcrypto alone took 1.7 ms to load; the
+// plugin does, and is loaded by etcd jobs and job secrets only.
+TEST_F(SingleNodeBasics, TheBinaryLinksNoOpenSsl) {
+    auto dependencies = ddprun::read_elf_dependencies(DDPRUN_BINARY);
+    ASSERT_TRUE(dependencies) << dependencies.error();
+    for (const auto& name : dependencies->needed) {
+        EXPECT_FALSE(name.starts_with("libssl") || name.starts_with("libcrypto")) << name;
+    }
+    EXPECT_FALSE(dependencies->needed.empty()) << "read no DT_NEEDED of " << DDPRUN_BINARY;
 }
 
 // --- worker environment -------------------------------------------------------

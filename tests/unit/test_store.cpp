@@ -40,6 +40,7 @@
 #include "support/etcd_server.hpp"
 #include "support/free_port.hpp"
 #include "support/memory_store.hpp"
+#include "support/self_process.hpp"
 
 namespace ddprun {
 namespace {
@@ -63,11 +64,7 @@ int free_port() {
 }
 
 bool libtorch_loaded() {
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    while (std::getline(maps, line))
-        if (line.find("libtorch_cpu") != std::string::npos) return true;
-    return false;
+    return library_loaded("libtorch_cpu");
 }
 
 std::unique_ptr<Store> open_server(int port, std::chrono::milliseconds timeout = 5s) {
@@ -591,28 +588,6 @@ TEST_F(StoreTcp, ServerOnPortZeroStillServesItsClones) {
 // ---------------------------------------------------------------------------
 // Loading the plugin. The checks run in a fresh process (this binary, with a
 // filter), as an earlier test in this process may have loaded libtorch.
-
-std::filesystem::path own_path() {
-    std::error_code error;
-    return std::filesystem::read_symlink("/proc/self/exe", error);
-}
-
-std::pair<int, std::string> run_self(const std::string& filter, const std::string& env,
-                                     const std::filesystem::path& exe = own_path()) {
-    std::string command = "env " + env + " DDPRUN_TEST_CHILD=1 '" + exe.string() +
-                          "' --gtest_filter='" + filter + "' 2>&1";
-    FILE* pipe = ::popen(command.c_str(), "r");
-    std::string output;
-    std::array<char, 4096> buffer{};
-    while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe))
-        output.append(buffer.data(), n);
-    int status = ::pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
-bool in_child() {
-    return std::getenv("DDPRUN_TEST_CHILD") != nullptr;
-}
 
 TEST(StorePlugin, LibtorchIsLoadedOnlyWhenAStoreIsOpened) {
     auto [status, output] = run_self("StorePluginChild.OpenLoadsLibtorch", "");

@@ -1,13 +1,15 @@
-// TLS for EtcdClient (--rdzv_conf protocol=https): the OpenSSL context made
-// from --rdzv_conf ca_cert, ssl_cert and ssl_cert_key, the checks set on each
+// TLS to etcd (--rdzv_conf protocol=https): the OpenSSL context made from
+// --rdzv_conf ca_cert, ssl_cert and ssl_cert_key, the checks set on each
 // connection, and what a failed handshake or a refused connection means in
-// one line. Internal to etcd_client.cpp and the start-up check of the files.
+// one line. Internal to the OpenSSL plugin (etcd_transport.cpp, and the
+// start-up check of the files).
 //
 // Why this file exists: the certificate handling and its messages are a
 // concern of their own; the client only calls these around its handshake.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/ssl/context.hpp>
@@ -21,6 +23,9 @@ namespace ddprun {
 // system's CAs when empty) and presents `tls.cert`/`tls.key` when given.
 // Throws std::runtime_error, one line naming the --rdzv_conf key and path.
 std::unique_ptr<boost::asio::ssl::context> make_tls_context(const EtcdTls& tls);
+
+// What is wrong with the files, in make_tls_context's words; nullopt if nothing.
+std::optional<std::string> tls_files_problem(const EtcdTls& tls);
 
 // Sets what a connection to `host` checks beyond the chain: SNI (for a name,
 // not an address) and that etcd's certificate names `host` (its DNS name or

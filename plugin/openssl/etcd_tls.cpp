@@ -1,4 +1,4 @@
-// TLS for EtcdClient: context, per-connection checks, messages (see etcd_tls.hpp).
+// TLS to etcd: context, per-connection checks, messages (see etcd_tls.hpp).
 #include "etcd_tls.hpp"
 
 #include <openssl/err.h>
@@ -85,7 +85,7 @@ std::unique_ptr<ssl::context> make_tls_context(const EtcdTls& tls) {
     return context;
 }
 
-std::optional<std::string> check_tls_files(const EtcdTls& tls) {
+std::optional<std::string> tls_files_problem(const EtcdTls& tls) {
     try {
         make_tls_context(tls);
     } catch (const std::runtime_error& error) {
