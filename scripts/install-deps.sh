@@ -36,7 +36,7 @@ packages=(
   elfutils
   # the Debian package (scripts/package.sh): dpkg-shlibdeps computes Depends,
   # lintian checks it, man renders ddprun(1) in the install test; the
-  # completions are tested against bash-completion's helpers and zsh's parser
+  # completions are tested against bash-completion's helpers and an interactive zsh
   dpkg-dev lintian man-db bash-completion zsh
 )
 
