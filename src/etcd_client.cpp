@@ -45,9 +45,12 @@ std::string etcd_base64(const std::string& raw) {
     out.reserve(4 * ((raw.size() + 2) / 3));
     for (std::size_t at = 0; at < raw.size(); at += 3) {
         const std::size_t left = raw.size() - at;
-        std::uint32_t group = static_cast<unsigned char>(raw[at]) << 16;
-        if (left > 1) group |= static_cast<unsigned char>(raw[at + 1]) << 8;
-        if (left > 2) group |= static_cast<unsigned char>(raw[at + 2]);
+        auto byte = [&raw](std::size_t i) -> std::uint32_t {
+            return static_cast<unsigned char>(raw[i]);
+        };
+        std::uint32_t group = byte(at) << 16;
+        if (left > 1) group |= byte(at + 1) << 8;
+        if (left > 2) group |= byte(at + 2);
         out += k_base64[(group >> 18) & 63];
         out += k_base64[(group >> 12) & 63];
         out += left > 1 ? k_base64[(group >> 6) & 63] : '=';

@@ -153,7 +153,8 @@ std::string to_hex(std::string_view bytes) {
     static constexpr char digits[] = "0123456789abcdef";
     std::string hex;
     hex.reserve(2 * bytes.size());
-    for (unsigned char byte : bytes) {
+    for (char c : bytes) {
+        const auto byte = static_cast<unsigned char>(c);
         hex.push_back(digits[byte >> 4]);
         hex.push_back(digits[byte & 0xf]);
     }

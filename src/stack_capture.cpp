@@ -226,7 +226,8 @@ void start(ToolRun& run, const std::string& path, bool gdb, char* const* envp, i
 bool try_reap(ToolRun& run, int flags) {
     if (run.reaped || run.child < 0) return true;
     for (;;) {
-        pid_t done = ::waitpid(run.child, &run.status, __WCLONE | flags);
+        // __WCLONE is unsigned in glibc's headers, waitpid's options an int.
+        pid_t done = ::waitpid(run.child, &run.status, static_cast<int>(__WCLONE) | flags);
         if (done < 0 && errno == EINTR) continue;
         // ECHILD: someone else waited with __WALL; it is gone either way.
         if (done != 0) run.reaped = true;
