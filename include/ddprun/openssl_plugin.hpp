@@ -7,8 +7,8 @@
 // than everything else ddprun does before main; a single-node job, --help and
 // --version never touch it. Only an etcd job (HTTP through Beast, and TLS
 // when asked) and a job with a secret load it, once per agent. The random
-// bytes of a --hosts job's secret come from getrandom(2), base64 is done
-// here, so nothing else needs OpenSSL.
+// bytes of a --hosts job's secret come from getrandom(2) and etcd's base64
+// is ddprun's own (etcd_client.cpp), so nothing else needs OpenSSL.
 //
 // Across the boundary: C++ interfaces, since ddprun and the plugin are built
 // from the same tree and share libstdc++; errors are StoreError (all inline),
