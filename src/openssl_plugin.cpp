@@ -1,8 +1,6 @@
 // Loading libddprun_openssl.so on first use (see openssl_plugin.hpp).
 #include "ddprun/openssl_plugin.hpp"
 
-#include <dlfcn.h>
-
 #include "ddprun/store.hpp"
 
 namespace ddprun {
@@ -23,21 +21,17 @@ struct Loaded {
 Loaded load() {
     PluginLocation location = locate_openssl_plugin();
     const std::string target = location.path.empty() ? k_openssl_plugin_name : location.path;
-    // Never dlclose: what it makes lives as long as its owners.
-    void* handle = ::dlopen(target.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-        const char* why = ::dlerror();
-        std::string said = why != nullptr ? why : "unknown error";
-        if (location.path.empty() && said.starts_with(k_openssl_plugin_name))
+    PluginOpen opened = open_plugin(target, k_openssl_plugin_entry);
+    if (!opened.dl_error.empty()) {
+        if (location.path.empty() && opened.dl_error.starts_with(k_openssl_plugin_name))
             return {nullptr, std::string(k_openssl_plugin_name) + " not found " +
                                  searched_places(location) + ": " + k_reinstall};
-        return {nullptr, "cannot load " + target + ": " + said + ": " + k_reinstall};
+        return {nullptr, "cannot load " + target + ": " + opened.dl_error + ": " + k_reinstall};
     }
-    void* symbol = ::dlsym(handle, k_openssl_plugin_entry);
-    if (symbol == nullptr)
+    if (!opened.has_entry)
         return {nullptr, target + " is from another version of ddprun (it has no " +
                              k_openssl_plugin_entry + "): rebuild or reinstall ddprun"};
-    return {reinterpret_cast<OpenSslPluginEntry>(symbol)(), {}};
+    return {reinterpret_cast<OpenSslPluginEntry>(opened.entry)(), {}};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Finding the plugins (see plugin_path.hpp).
 #include "ddprun/plugin_path.hpp"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -58,6 +59,16 @@ std::string searched_places(const PluginLocation& location) {
     for (std::size_t i = 0; i < location.searched.size(); ++i)
         text += (i == 0 ? "in " : " or ") + location.searched[i];
     return text;
+}
+
+PluginOpen open_plugin(const std::string& path_or_name, const char* entry) {
+    void* handle = ::dlopen(path_or_name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+        const char* why = ::dlerror();
+        return {nullptr, why != nullptr ? why : "unknown error", true};
+    }
+    void* symbol = ::dlsym(handle, entry);
+    return {symbol, {}, symbol != nullptr};
 }
 
 }  // namespace ddprun

@@ -3,8 +3,6 @@
 // pays its load time or memory).
 #include "ddprun/store.hpp"
 
-#include <dlfcn.h>
-
 #include <array>
 #include <string_view>
 
@@ -27,23 +25,18 @@ struct PluginLoad {
 // dlerror() of a missing libtorch names the library; keep it, it says what
 // is missing, but on the same line as what to do.
 PluginLoad load_from(const std::string& path) {
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-        const char* why = ::dlerror();
-        std::string dl_error = why != nullptr ? why : "unknown error";
-        return {nullptr,
-                std::string(k_need_libtorch) + " (cannot load " + path + ": " + dl_error + ")",
-                dl_error};
-    }
-    // Never dlclose: the stores it creates live as long as their owners.
-    void* symbol = ::dlsym(handle, k_store_plugin_entry);
-    if (symbol == nullptr) {
+    PluginOpen opened = open_plugin(path, k_store_plugin_entry);
+    if (!opened.dl_error.empty())
+        return {
+            nullptr,
+            std::string(k_need_libtorch) + " (cannot load " + path + ": " + opened.dl_error + ")",
+            opened.dl_error};
+    if (!opened.has_entry)
         return {nullptr,
                 path + " is from another version of ddprun (it has no " + k_store_plugin_entry +
                     "): rebuild ddprun",
                 {}};
-    }
-    return {reinterpret_cast<StorePluginEntry>(symbol), {}, {}};
+    return {reinterpret_cast<StorePluginEntry>(opened.entry), {}, {}};
 }
 
 // Where locate_store_plugin() finds it, else on the loader's search path.

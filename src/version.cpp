@@ -50,12 +50,18 @@ std::string needed_line(const std::string& label, const std::string& plugin,
     return label + ": missing " + missing + " (" + when_missing + ")\n";
 }
 
-std::string plugin_line(const std::string& label, const PluginLocation& plugin,
-                        const char* variable, const char* needed_by) {
+// Two lines for a plugin: where it is (or where it was looked for), then the
+// libraries of its own that it would load.
+std::string plugin_lines(const std::string& label, const PluginLocation& plugin,
+                         const char* variable, const char* needed_by, const std::string& libraries,
+                         std::initializer_list<std::string_view> prefixes,
+                         const std::string& when_missing) {
     if (plugin.path.empty())
-        return label + ": not found " + searched_places(plugin) + " (" + needed_by + ")\n";
+        return label + ": not found " + searched_places(plugin) + " (" + needed_by + ")\n" +
+               libraries + ": not needed without the " + label + "\n";
     return label + ": " + plugin.path +
-           (plugin.from_environment ? std::string(" (") + variable + ")" : "") + "\n";
+           (plugin.from_environment ? std::string(" (") + variable + ")" : "") + "\n" +
+           needed_line(libraries, plugin.path, prefixes, when_missing);
 }
 
 }  // namespace
@@ -70,21 +76,15 @@ const char* build_commit() {
 
 std::string version_report() {
     std::string report = std::string("ddprun ") + version() + " (commit " + build_commit() + ")\n";
-    const PluginLocation store = locate_store_plugin();
-    report += plugin_line("store plugin", store, "DDPRUN_STORE_PLUGIN",
-                          "multi-node c10d jobs need it; single-node and etcd jobs do not");
-    report += store.path.empty()
-                  ? "libtorch: not needed without the store plugin\n"
-                  : needed_line("libtorch", store.path, {"libtorch", "libc10"},
-                                "multi-node c10d jobs need it: install libtorch, e.g. Debian's "
-                                "libtorch-dev");
-    const PluginLocation openssl = locate_openssl_plugin();
-    report += plugin_line("openssl plugin", openssl, "DDPRUN_OPENSSL_PLUGIN",
-                          "etcd jobs and job secrets need it; it comes with ddprun");
-    report += openssl.path.empty()
-                  ? "OpenSSL: not needed without the openssl plugin\n"
-                  : needed_line("OpenSSL", openssl.path, {"libssl", "libcrypto"},
-                                "etcd jobs and job secrets need it: install libssl3");
+    report += plugin_lines("store plugin", locate_store_plugin(), "DDPRUN_STORE_PLUGIN",
+                           "multi-node c10d jobs need it; single-node and etcd jobs do not",
+                           "libtorch", {"libtorch", "libc10"},
+                           "multi-node c10d jobs need it: install libtorch, e.g. Debian's "
+                           "libtorch-dev");
+    report +=
+        plugin_lines("openssl plugin", locate_openssl_plugin(), "DDPRUN_OPENSSL_PLUGIN",
+                     "etcd jobs and job secrets need it; it comes with ddprun", "OpenSSL",
+                     {"libssl", "libcrypto"}, "etcd jobs and job secrets need it: install libssl3");
     return report;
 }
 

@@ -24,4 +24,13 @@ PluginLocation locate_plugin(const char* file_name, const char* environment_vari
 // "in DIR or DIR", for a message that says where a plugin was looked for.
 std::string searched_places(const PluginLocation& location);
 
+// A plugin opened (never closed: what it makes lives as long as its owners)
+// and its entry point looked up; each caller words the failures for its plugin.
+struct PluginOpen {
+    void* entry = nullptr;
+    std::string dl_error;   // dlerror() when the file could not be loaded
+    bool has_entry = true;  // false: loaded, but it has no `entry` (another version)
+};
+PluginOpen open_plugin(const std::string& path_or_name, const char* entry);
+
 }  // namespace ddprun
