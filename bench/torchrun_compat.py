@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""torchrun, made to start under Python 3.11, for the benchmark only.
+"""torchrun, made to start where it cannot by itself, for benchmarks and tests.
 
 Why it exists: torch 1.13's torchrun crashes on its own defaults under
 Python 3.11. Std.from_str("0") returns None because Python 3.11 stopped
@@ -9,11 +9,21 @@ yielding the zero member (Std.NONE) when iterating an IntFlag, so the default
 to Std.NONE and then runs torchrun's own main() unchanged, so the benchmark
 measures torchrun as it would behave with the bug fixed.
 
+Why it also exists, for torch 2.4 and later: TCPStore defaults to its libuv
+server, and torchrun's rendezvous creates its store without a way to ask for
+the other one; a torch built without libuv (Debian's 2.6 and 2.14) fails every
+start with "use_libuv was requested but PyTorch was built without libuv
+support". torch's own env:// honours USE_LIBUV=0; this wrapper makes the
+rendezvous' stores honour it the same way, and changes nothing else.
+
     /usr/bin/python3 bench/torchrun_compat.py --nproc_per_node=8 --no_python true
+    USE_LIBUV=0 python3 bench/torchrun_compat.py --nproc_per_node=2 --no_python env
 """
 
+import os
 import sys
 
+import torch.distributed
 from torch.distributed.elastic.multiprocessing import api
 
 _original_from_str = api.Std.from_str.__func__
@@ -29,6 +39,26 @@ def _from_str(cls, value):
 
 
 api.Std.from_str = classmethod(_from_str)
+
+
+def _honour_use_libuv():
+    original = torch.distributed.TCPStore
+
+    def tcp_store(*args, **kwargs):
+        kwargs.setdefault("use_libuv", os.environ.get("USE_LIBUV", "1") != "0")
+        return original(*args, **kwargs)
+
+    import torch.distributed.elastic.rendezvous.c10d_rendezvous_backend as c10d_backend
+    import torch.distributed.elastic.rendezvous.static_tcp_rendezvous as static_backend
+
+    for module in (c10d_backend, static_backend):
+        if getattr(module, "TCPStore", None) is original:
+            module.TCPStore = tcp_store
+
+
+# use_libuv is a TCPStore argument from torch 2.2 on; before, there is nothing to honour.
+if "use_libuv" in (torch.distributed.TCPStore.__init__.__doc__ or ""):
+    _honour_use_libuv()
 
 from torch.distributed.run import main  # noqa: E402  (must follow the patch)
 

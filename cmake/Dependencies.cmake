@@ -10,6 +10,11 @@ find_package(nlohmann_json REQUIRED)
 # machine; bench/run.sh (m)). Boost is used header-only (Asio, Beast; workers
 # are started with vfork, not Boost.Process, which needed Boost.Filesystem),
 # and fmt and spdlog too (ddprun_fmt, ddprun_spdlog below).
+# CMake 3.30 and later (Debian 13, sid) use Boost's own BoostConfig.cmake, which
+# every supported Boost ships, instead of the removed FindBoost module.
+if(POLICY CMP0167)
+  cmake_policy(SET CMP0167 NEW)
+endif()
 find_package(Boost 1.74 REQUIRED)
 # The OpenSSL plugin (etcd's HTTP and TLS, HMAC-SHA256; libssl-dev). Only the
 # plugin links it: loading libcrypto.so.3 took about 1.7 ms of every start on

@@ -5,7 +5,10 @@
 install(TARGETS ddprun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ddprun_openssl LIBRARY DESTINATION ${DDPRUN_INSTALL_PLUGINDIR})
 if(TARGET ddprun_store)
-  install(TARGETS ddprun_store LIBRARY DESTINATION ${DDPRUN_INSTALL_PLUGINDIR})
+  # A component of its own: a plugin rebuilt for another torch installs alone
+  # (cmake --install build --component store_plugin).
+  install(TARGETS ddprun_store LIBRARY DESTINATION ${DDPRUN_INSTALL_PLUGINDIR}
+          COMPONENT store_plugin)
 endif()
 install(FILES ${DDPRUN_DOCS_DIR}/ddprun.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 install(FILES ${DDPRUN_DOCS_DIR}/ddprun.bash DESTINATION ${DDPRUN_INSTALL_BASHDIR}

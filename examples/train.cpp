@@ -188,6 +188,18 @@ void wait_for_server(const std::string& host, std::uint16_t port,
     }
 }
 
+// torch 2.4 and later default TCPStore to its libuv server, which builds without
+// libuv (Debian's torch among them) cannot start; torch.distributed's env:// honours
+// USE_LIBUV=0 for that, and so does this program. The classic server is in every
+// build. (A template: the field does not exist before torch 2.2.)
+template <class Options>
+void choose_store_server(Options& options) {
+    if constexpr (requires { options.useLibUV; }) {
+        const char* use_libuv = std::getenv("USE_LIBUV");
+        options.useLibUV = use_libuv == nullptr || std::string_view(use_libuv) != "0";
+    }
+}
+
 // env:// as torch.distributed does it: rank 0 hosts the store at
 // MASTER_ADDR:MASTER_PORT and the other ranks connect to it, except under
 // torchrun, whose agent on node 0 hosts the store for every rank
@@ -200,6 +212,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const Env& env, std::chrono::milli
     store_options.isServer = env.rank == 0 && !use_agent_store;
     store_options.waitWorkers = false;  // the process group's own rendezvous waits for everyone
     store_options.timeout = timeout;
+    choose_store_server(store_options);
     if (!store_options.isServer) wait_for_server(env.master_addr, env.master_port, timeout);
     c10::intrusive_ptr<c10d::Store> store =
         c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);

@@ -31,6 +31,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/exception.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
@@ -99,14 +100,28 @@ bool contains(std::string_view text, std::string_view word) {
 std::pair<Kind, std::string> classify_current_exception() {
     try {
         throw;
+#if TORCH_VERSION_MAJOR >= 2
+        // 2.x: c10d's errors are c10::DistError's, so c10::Errors too: the specific
+        // ones first.
+    } catch (const c10d::TimeoutError& e) {
+        return {Kind::Timeout, first_line(e.what_without_backtrace())};
+    } catch (const c10::DistNetworkError& e) {
+        std::string message = first_line(e.what_without_backtrace());
+        bool timeout = contains(message, "Timeout") || contains(message, "timed out") ||
+                       contains(message, "timeout");
+        return {timeout ? Kind::Timeout : Kind::Connection, message};
+#endif
     } catch (const c10::Error& e) {
         std::string message = first_line(e.what_without_backtrace());
         bool timeout = contains(message, "Timeout") || contains(message, "timed out");
         return {timeout ? Kind::Timeout : Kind::Other, message};
+#if TORCH_VERSION_MAJOR < 2
+        // 1.13: c10d's own errors are std::runtime_errors, not c10::Errors.
     } catch (const c10d::TimeoutError& e) {
         return {Kind::Timeout, first_line(e.what())};
     } catch (const c10d::C10dError& e) {
         return {Kind::Connection, first_line(e.what())};
+#endif
     } catch (const std::system_error& e) {
         int code = e.code().value();
         bool timeout = code == EAGAIN || code == EWOULDBLOCK || code == ETIMEDOUT;
@@ -130,14 +145,24 @@ std::chrono::milliseconds connect_timeout(std::chrono::milliseconds timeout) {
     return std::chrono::seconds(std::max<std::int64_t>(seconds, 1));
 }
 
+// torch 2.4 and later default to the libuv server, which Debian's torch (and other
+// builds without libuv) lack: the store would not start there. The classic server
+// is in every build and is the one this file's behaviour is tested against; it
+// serves the few connections an agent per node makes. (A template, as a
+// requires-expression outside one would be an error where the field is missing.)
+template <class Options>
+void use_the_classic_server(Options& options) {
+    if constexpr (requires { options.useLibUV; }) options.useLibUV = false;
+}
+
 c10d::TCPStoreOptions tcp_options(int port, bool is_server, std::chrono::milliseconds timeout) {
     c10d::TCPStoreOptions options;
     options.port = static_cast<std::uint16_t>(port);
     options.isServer = is_server;
-    options.numWorkers = c10::nullopt;
     options.waitWorkers = false;
     options.timeout = connect_timeout(timeout);
     options.multiTenant = false;
+    use_the_classic_server(options);
     return options;
 }
 
@@ -310,13 +335,26 @@ class TcpStore final : public ddprun::Store {
     // Sends c10d's CHECK request for one key on `fd` and reads the one-byte answer
     // (0 ready, 1 not ready), within `answer_within`. Nothing if it answered.
     std::optional<Unanswered> check_answers(int fd, std::chrono::milliseconds answer_within) const {
-        // QueryType CHECK (4), the number of keys, then each key's length and bytes;
+        // QueryType CHECK, the number of keys, then each key's length and bytes;
         // lengths are native 64-bit, as c10d's tcputil::sendValue writes them.
+        // torch 2.x's server serves a connection only after a VALIDATE query with its
+        // magic number, and its QueryType begins with VALIDATE, moving CHECK from 4 to 5
+        // (c10d/store/TCPStoreBackend.hpp in 2.14; c10d's client does the same).
+        std::string request;
+#if TORCH_VERSION_MAJOR >= 2
+        constexpr std::uint8_t k_validate = 0;
+        constexpr std::uint32_t k_validation_magic = 0x3C85F7CE;
+        constexpr std::uint8_t k_check = 5;
+        request += static_cast<char>(k_validate);
+        request.append(reinterpret_cast<const char*>(&k_validation_magic),
+                       sizeof k_validation_magic);
+#else
         constexpr std::uint8_t k_check = 4;
+#endif
         const std::string key = "/ddprun/probe";
         const std::uint64_t count = 1;
         const std::uint64_t length = key.size();
-        std::string request(1, static_cast<char>(k_check));
+        request += static_cast<char>(k_check);
         request.append(reinterpret_cast<const char*>(&count), sizeof count);
         request.append(reinterpret_cast<const char*>(&length), sizeof length);
         request += key;
@@ -444,7 +482,9 @@ class TcpStore final : public ddprun::Store {
                                           key + "': it holds '" + value + "', not a number");
     }
 
-    std::string endpoint() const { return m_host + ":" + std::to_string(m_port); }
+    std::string endpoint() const {
+        return m_host + ":" + std::to_string(m_port);
+    }
 
     std::string m_host;
     int m_port;
@@ -463,6 +503,11 @@ void copy_error(const std::string& message, char* error, std::size_t error_len) 
 }
 
 }  // namespace
+
+// Which libtorch this plugin was built against, for --version and for the message when
+// that libtorch cannot be loaded; read from the file, never by loading it (store.cpp).
+extern "C" __attribute__((visibility("default"), used)) const char ddprun_store_torch_version[] =
+    "ddprun-store-plugin built against libtorch " TORCH_VERSION;
 
 extern "C" __attribute__((visibility("default"))) ddprun::Store* ddprun_open_tcp_store_v4(
     const char* host, int port, int is_server, long timeout_ms, int* error_kind, char* error,

@@ -130,7 +130,9 @@ constexpr Entry k_worker_environment[] = {
     {"DDPRUN_PROGRESS_FD", "with --hang-timeout: each write to this descriptor is a progress beat"},
     {"OMP_NUM_THREADS", "1 when unset and more than one worker per node"},
     {"PYTHONUNBUFFERED", "1 unless set (workers write to pipes)"},
-    {"TORCH_NCCL_ASYNC_ERROR_HANDLING, NCCL_ASYNC_ERROR_HANDLING", "1 unless the user set either"},
+    {"TORCH_NCCL_ASYNC_ERROR_HANDLING",
+     "1 unless set (torch < 2.2: export NCCL_ASYNC_ERROR_HANDLING=1)"},
+    {"TORCHELASTIC_SIGNALS_TO_HANDLE", "--signals_to_handle, as names"},
 };
 
 struct ExitCode {

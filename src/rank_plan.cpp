@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/hang_monitor.hpp"
+#include "ddprun/signals.hpp"
 #include "ddprun/topology.hpp"
 
 #include <algorithm>
@@ -88,6 +89,9 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         std::accumulate(round.nproc_per_node.begin(), round.nproc_per_node.end(), 0);
     const int offset = rank_offset(round.nproc_per_node, round.node_rank);
     const auto argv = worker_command(config, inherited);
+    std::string signals_text;
+    for (int signal : config.stop_signals)
+        signals_text += (signals_text.empty() ? "" : ",") + signal_name(signal);
     const bool per_worker_device = !config.all_devices || config.virtual_local_rank;
 
     auto unless_set = [&](std::vector<std::pair<std::string, std::string>>& env,
@@ -146,12 +150,11 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         // A hung Python worker's tracebacks: faulthandler prints them on the SIGABRT
         // ddprun sends at a hang (agent_hang.cpp).
         if (config.hang_timeout.count() > 0) unless_set(env, "PYTHONFAULTHANDLER", "1");
-        // torch < 2.2 reads only the old name. A user who set either chose for both.
-        if (!inherited.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING") &&
-            !inherited.contains("NCCL_ASYNC_ERROR_HANDLING")) {
-            env.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-            env.emplace_back("NCCL_ASYNC_ERROR_HANDLING", "1");
-        }
+        // As torchrun 2.14: the current name only. torch 2.2 and later warn on every rank
+        // about NCCL_ASYNC_ERROR_HANDLING; a torch < 2.2 user exports it (README).
+        unless_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+        // torchrun 2.x tells workers which signals stop the job (its --signals_to_handle).
+        env.emplace_back("TORCHELASTIC_SIGNALS_TO_HANDLE", signals_text);
         workers.push_back(std::move(w));
     }
     return workers;

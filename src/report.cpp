@@ -5,6 +5,7 @@
 #include "ddprun/report.hpp"
 
 #include "ddprun/exit_codes.hpp"
+#include "ddprun/known_errors.hpp"
 #include "ddprun/text.hpp"
 
 #include <algorithm>
@@ -180,6 +181,8 @@ void append_root_cause(std::string& out, const WorkerOutcome& root) {
             append_line(out, fmt::format("    | {}", printable(*it, k_max_quoted_line_bytes)));
         }
     }
+    if (auto fix = known_error_fix(root.error_message, root.stderr_tail))
+        append_line(out, fmt::format("  fix:       {}", *fix));
 }
 
 void append_other_failures(std::string& out, const std::vector<WorkerOutcome>& outcomes,

@@ -4,6 +4,8 @@
 #include "ddprun/store.hpp"
 
 #include <array>
+#include <fstream>
+#include <iterator>
 #include <string_view>
 
 namespace ddprun {
@@ -12,6 +14,24 @@ namespace {
 
 constexpr std::string_view k_need_libtorch =
     "multi-node jobs need libtorch: install libtorch-dev (scripts/install-deps.sh) and rebuild";
+// How a user builds the plugin for the torch they have (a pip or conda one included;
+// README: "Install").
+constexpr std::string_view k_build_for_this_torch =
+    "cmake -S <ddprun source> -B build -DCMAKE_PREFIX_PATH=\"$(python3 -c 'import torch; "
+    "print(torch.utils.cmake_prefix_path)')\" && cmake --build build --target ddprun_store";
+
+// The plugin is there but its libtorch cannot be loaded (not installed, another
+// version, a torch whose symbols differ): say which one it needs and how to build
+// one for the torch at hand.
+std::string libtorch_mismatch(const std::string& path, const std::string& dl_error) {
+    const std::string built_against = store_plugin_torch_version(path);
+    return "multi-node jobs need the libtorch " + path + " was built against (" +
+           (built_against.empty() ? std::string("version unknown") : "libtorch " + built_against) +
+           "), and it cannot be loaded: " + dl_error +
+           "; install that libtorch (Debian: libtorch-dev), or build the plugin for the torch at "
+           "hand: " +
+           std::string(k_build_for_this_torch);
+}
 
 // ---------------------------------------------------------------------------
 // Loading the plugin
@@ -26,11 +46,16 @@ struct PluginLoad {
 // is missing, but on the same line as what to do.
 PluginLoad load_from(const std::string& path) {
     PluginOpen opened = open_plugin(path, k_store_plugin_entry);
-    if (!opened.dl_error.empty())
-        return {
-            nullptr,
-            std::string(k_need_libtorch) + " (cannot load " + path + ": " + opened.dl_error + ")",
-            opened.dl_error};
+    if (!opened.dl_error.empty()) {
+        // dlerror() names the plugin itself when the plugin is the problem (missing,
+        // not a library); anything else is a library it needs: libtorch.
+        const bool plugin_missing = opened.dl_error.starts_with(path + ":");
+        return {nullptr,
+                plugin_missing ? std::string(k_need_libtorch) + " (cannot load " + path + ": " +
+                                     opened.dl_error + ")"
+                               : libtorch_mismatch(path, opened.dl_error),
+                opened.dl_error};
+    }
     if (!opened.has_entry)
         return {nullptr,
                 path + " is from another version of ddprun (it has no " + k_store_plugin_entry +
@@ -79,6 +104,20 @@ std::unique_ptr<Store> open_tcp_store(const StoreOptions& options) {
 
 bool tcp_store_available() {
     return plugin().entry != nullptr;
+}
+
+std::string store_plugin_torch_version(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) return {};
+    // The plugin is small (about 64 KiB); reading it whole is simpler than a search
+    // across read boundaries and costs --version well under a millisecond.
+    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    auto at = bytes.find(k_store_plugin_torch_marker);
+    if (at == std::string::npos) return {};
+    at += k_store_plugin_torch_marker.size();
+    auto end = bytes.find('\0', at);
+    if (end == std::string::npos || end - at > 32) return {};
+    return bytes.substr(at, end - at);
 }
 
 PluginLocation locate_store_plugin() {

@@ -76,11 +76,17 @@ const char* build_commit() {
 
 std::string version_report() {
     std::string report = std::string("ddprun ") + version() + " (commit " + build_commit() + ")\n";
-    report += plugin_lines("store plugin", locate_store_plugin(), "DDPRUN_STORE_PLUGIN",
+    const PluginLocation store_plugin = locate_store_plugin();
+    report += plugin_lines("store plugin", store_plugin, "DDPRUN_STORE_PLUGIN",
                            "multi-node c10d jobs need it; single-node and etcd jobs do not",
                            "libtorch", {"libtorch", "libc10"},
                            "multi-node c10d jobs need it: install libtorch, e.g. Debian's "
                            "libtorch-dev");
+    if (!store_plugin.path.empty()) {
+        const std::string built_against = store_plugin_torch_version(store_plugin.path);
+        report += "store plugin built against: libtorch " +
+                  (built_against.empty() ? std::string("unknown") : built_against) + "\n";
+    }
     report +=
         plugin_lines("openssl plugin", locate_openssl_plugin(), "DDPRUN_OPENSSL_PLUGIN",
                      "etcd jobs and job secrets need it; it comes with ddprun", "OpenSSL",

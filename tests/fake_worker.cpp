@@ -313,6 +313,8 @@ void print_env() {
         "OMP_NUM_THREADS",
         "PYTHONUNBUFFERED",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "NCCL_ASYNC_ERROR_HANDLING",
+        "TORCHELASTIC_SIGNALS_TO_HANDLE",
     };
     std::string out;
     for (const char* name : k_names) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -122,6 +123,13 @@ bool tcp_store_available();
 // Where open_tcp_store would load the plugin from, without loading it (for
 // --version): locate_plugin() with $DDPRUN_STORE_PLUGIN (plugin_path.hpp).
 PluginLocation locate_store_plugin();
+
+// The libtorch version the plugin at `path` was built against ("2.14.1"), read from
+// the file without loading it (the plugin carries k_store_plugin_torch_marker followed
+// by its TORCH_VERSION); empty when the file cannot be read or carries none.
+std::string store_plugin_torch_version(const std::string& path);
+inline constexpr std::string_view k_store_plugin_torch_marker =
+    "ddprun-store-plugin built against libtorch ";
 
 // The plugin's entry point, looked up with dlsym. The version is in the name so
 // that a plugin left over from a build with a different Store cannot be used

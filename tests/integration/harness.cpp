@@ -204,6 +204,10 @@ std::vector<std::string> ddprun_environment(const RunOptions& options) {
         env[name] = std::string(text.substr(eq + 1));
     }
     if (options.hide_machine_gpus && machine_gpu_count() > 0) env["CUDA_VISIBLE_DEVICES"] = "";
+    // Debian's torch 2.x is built without libuv, the default of its TCPStore from 2.4
+    // on: a Python worker's init_process_group needs this there (as users' do, which
+    // KnownTorchError checks by unsetting it). Older torch ignores it.
+    env["USE_LIBUV"] = "0";
     for (const auto& name : options.unset_env) env.erase(name);
     for (const auto& [name, value] : options.env) env[name] = value;
     std::vector<std::string> out;

@@ -78,7 +78,8 @@ struct RunResult {
 
 // ddprun's environment: the test's own, minus everything that would change what
 // ddprun or a worker does (DDPRUN_*, PET_*, torch variables, CUDA_VISIBLE_DEVICES,
-// PYTHONUNBUFFERED, ...), plus `options.env`.
+// PYTHONUNBUFFERED, ...), with USE_LIBUV=0 (Debian's torch 2.x has no libuv), plus
+// `options.env`.
 std::vector<std::string> ddprun_environment(const RunOptions& options);
 
 using OnExit = std::function<void(bool killed_by_harness)>;

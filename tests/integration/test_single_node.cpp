@@ -137,6 +137,9 @@ TEST_F(SingleNodeEnv, EveryWorkerGetsTheContractVariables) {
         EXPECT_EQ(e["OMP_NUM_THREADS"], "1");
         EXPECT_EQ(e["PYTHONUNBUFFERED"], "1");
         EXPECT_EQ(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+        // As torchrun 2.14: the deprecated name is not set, the stop signals are named.
+        EXPECT_EQ(e["NCCL_ASYNC_ERROR_HANDLING"], "<unset>");
+        EXPECT_EQ(e["TORCHELASTIC_SIGNALS_TO_HANDLE"], "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
     }
     EXPECT_EQ(env[0]["MASTER_PORT"], env[1]["MASTER_PORT"]);
     EXPECT_NE(env[0]["TORCHELASTIC_ERROR_FILE"], env[1]["TORCHELASTIC_ERROR_FILE"])

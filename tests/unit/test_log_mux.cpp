@@ -731,7 +731,7 @@ TEST(LogMuxThroughput, DISABLED_ComparedWithCopyLoop) {
             options.stderr_fd = null_fd;
             LogMux mux(io, options);
             Worker w;
-            mux.add_worker(0, rank(0), w.out.read_end, w.err.read_end, {}, {});
+            ASSERT_TRUE(mux.add_worker(0, rank(0), w.out.read_end, w.err.read_end, {}, {}));
             w.err.close_write();
             std::thread writer(produce, w.out.write_end);
             w.out.write_end = -1;

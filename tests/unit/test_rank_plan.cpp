@@ -1,6 +1,8 @@
 // The rank plan is the contract workers depend on: every variable, every rank.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <map>
 
 #include "ddprun/rank_plan.hpp"
@@ -101,22 +103,28 @@ TEST(RankPlan, InheritedDefaultsAreNotOverridden) {
     EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
 }
 
-// torch < 2.2 reads NCCL_ASYNC_ERROR_HANDLING, later ones TORCH_NCCL_ASYNC_ERROR_HANDLING.
-TEST(RankPlan, AsyncErrorHandlingIsSetUnderBothNames) {
+// As torchrun 2.14: only the current name, which torch 2.2 and later read (the old one
+// is deprecated there and warned about on every rank); an inherited one is kept.
+TEST(RankPlan, AsyncErrorHandlingIsSetUnderTheCurrentNameOnly) {
     auto env = env_of(plan_node(basic_config(2), {}, round_of({2}, 0), {}, "/e")[0]);
     EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
-    EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_FALSE(env.contains("NCCL_ASYNC_ERROR_HANDLING"));
 }
 
-TEST(RankPlan, AsyncErrorHandlingTheUserSetUnderEitherNameIsTheirChoice) {
-    for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
-        SCOPED_TRACE(name);
-        Environment inherited{{name, "0"}};
-        auto env = env_of(plan_node(basic_config(2), {}, round_of({2}, 0), inherited, "/e")[0]);
-        // The inherited one reaches the worker unchanged; the other is not added.
-        EXPECT_FALSE(env.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
-        EXPECT_FALSE(env.contains("NCCL_ASYNC_ERROR_HANDLING"));
-    }
+// A torch < 2.2 user exports the old name; it reaches the worker unchanged.
+TEST(RankPlan, TheOldAsyncErrorHandlingNameIsTheUsersToSet) {
+    Environment inherited{{"NCCL_ASYNC_ERROR_HANDLING", "1"}};
+    auto env = env_of(plan_node(basic_config(2), {}, round_of({2}, 0), inherited, "/e")[0]);
+    EXPECT_FALSE(env.contains("NCCL_ASYNC_ERROR_HANDLING")) << "inherited, not set by ddprun";
+    EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+}
+
+// torchrun 2.x passes its --signals_to_handle on to the workers.
+TEST(RankPlan, SignalsToHandleReachTheWorkers) {
+    LaunchConfig config = basic_config(2);
+    config.stop_signals = {SIGTERM, SIGUSR1};
+    auto env = env_of(plan_node(config, {}, round_of({2}, 0), {}, "/e")[1]);
+    EXPECT_EQ(env["TORCHELASTIC_SIGNALS_TO_HANDLE"], "SIGTERM,SIGUSR1");
 }
 
 TEST(RankPlan, OmpThreadsOnlyWithSeveralWorkers) {

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Builds and tests ddprun on a newer Debian than this machine's, in a root file
+# system made by debootstrap: the platforms users run today's PyTorch on.
+#
+#   bash scripts/platform.sh sid       # torch 2.14, g++ 16, Python 3.14
+#   bash scripts/platform.sh trixie    # Debian 13: torch 2.6, g++ 14
+#   bash scripts/platform.sh sid --shell   # a shell in the prepared root
+#   bash scripts/platform.sh sid --prepare # only make (or check) the root
+#
+# The root is cached under $DDPRUN_PLATFORM_ROOTS (default
+# /var/cache/ddprun/platforms) and made anew when this script's package list
+# changes (or with DDPRUN_PLATFORM_REFRESH=1). Inside it, the source tree is
+# mounted read-only at /ddprun/src and built in /ddprun/build (kept, so a
+# second run builds incrementally), and the tests that depend on the
+# platform's libtorch, Python torch, compiler and Boost run: the store plugin's,
+# the multi-node, elastic and reliability tests over c10d, the Python workers'
+# (examples/*.py), and the side-by-side environment check against the
+# platform's torchrun. Every mount made here is undone on exit, and every
+# process still running in the root is ended by pid. Root only.
+set -euo pipefail
+# The whole script is one function, read before it runs: an edit to this file
+# while it runs (a long build) cannot change what the running copy does.
+main() {
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source_dir=$(pwd)
+
+usage() {
+  echo "usage: bash scripts/platform.sh trixie|sid [--shell|--prepare]" >&2
+  exit 2
+}
+(($# >= 1)) || usage
+platform=$1
+shift
+shell=0
+prepare_only=0
+case ${1:-} in
+  --shell) shell=1 ;;
+  --prepare) prepare_only=1 ;;
+  "") ;;
+  *) usage ;;
+esac
+case $platform in
+  trixie | sid) ;;
+  *)
+    echo "platform.sh: unknown platform '$platform': use trixie (Debian 13) or sid" >&2
+    exit 2
+    ;;
+esac
+say() { echo "platform.sh [$platform]: $*"; }
+fail() {
+  echo "platform.sh [$platform]: FAILED: $*" >&2
+  exit 1
+}
+((EUID == 0)) || fail "needs root (debootstrap, chroot and mounts)"
+
+# What the root holds: the build and test dependencies of the tests that run
+# here (no Slurm, Open MPI, sshd or fuzzing: those do not depend on libtorch
+# and run in the Debian 12 suite).
+packages=(
+  build-essential cmake git
+  libspdlog-dev libfmt-dev libboost-dev nlohmann-json3-dev libssl-dev
+  libgtest-dev libgmock-dev googletest
+  libtorch-dev libgloo-dev
+  python3 python3-torch
+  etcd-server etcd-client openssl
+  procps iproute2 elfutils
+)
+# What is built there: ddprun, both plugins, the C++ example and the unit and
+# integration tests. Not the Slurm/MPI tests, fuzzers, benchmarks or docs.
+targets=(ddprun ddprun_store ddprun_openssl train fake_worker fake_nvml store_client
+  ddprun_unit_tests ddprun_integration_tests)
+
+mirror=${DDPRUN_PLATFORM_MIRROR:-http://deb.debian.org/debian}
+roots=${DDPRUN_PLATFORM_ROOTS:-/var/cache/ddprun/platforms}
+root=$roots/$platform
+key=$(printf '%s\n' "$platform" "$mirror" "${packages[@]}" | sha256sum | cut -c1-16)
+stamp=$root/etc/ddprun-platform
+
+mkdir -p "$roots"
+exec 9>"$roots/$platform.lock"
+flock -w 3600 9 || fail "another platform.sh holds $roots/$platform.lock"
+
+# The sid archive's Release file may be past its Valid-Until date here (sid
+# is rebuilt daily, mirrors lag): accept that for this one archive of this
+# one root, nowhere else. trixie's Release is checked as usual.
+sources_line() {
+  case $platform in
+    sid) echo "deb [check-valid-until=no] $mirror sid main" ;;
+    *) echo "deb $mirror $platform main" ;;
+  esac
+}
+
+mounted=()
+active_root=$root # where unmount_all looks for processes left running
+unmount_all() {
+  local status=$?
+  # Anything still running inside the root (a test's leftover) ends first,
+  # found by its root directory, so that the mounts can go.
+  local pid real_root
+  real_root=$(readlink -f "$active_root")
+  for pid in /proc/[0-9]*; do
+    [[ "$(readlink "$pid/root" 2>/dev/null)" == "$real_root" ]] || continue
+    kill -KILL "${pid#/proc/}" 2>/dev/null || true
+  done
+  local i
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
+    umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" ||
+      echo "platform.sh [$platform]: cannot unmount ${mounted[i]}" >&2
+  done
+  mounted=()
+  return $status
+}
+trap unmount_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mount_into() { # mount_into TARGET MOUNT-ARGS...
+  local target=$1
+  shift
+  mkdir -p "$target"
+  mount "$@" "$target"
+  mounted+=("$target")
+}
+
+mount_system() { # the kernel's file systems, for apt, the build and the tests
+  local dir=$1
+  mount_into "$dir/proc" -t proc proc
+  mount_into "$dir/sys" --bind /sys
+  mount_into "$dir/dev" --bind /dev
+  mount_into "$dir/dev/pts" --bind /dev/pts
+  mount_into "$dir/dev/shm" -t tmpfs -o mode=1777 shm
+  cp /etc/hosts "$dir/etc/hosts"
+  cp /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
+}
+
+# Makes the root in $root.new and moves it into place only once complete, so
+# an interrupted run leaves no half-made root behind.
+make_root() {
+  local new=$root.new
+  if [[ -e $new ]]; then
+    findmnt -rno TARGET | grep -q "^$new/" && fail "$new still has mounts; unmount them first"
+    rm -rf --one-file-system "$new"
+  fi
+  say "debootstrap $platform from $mirror into $new (a minute or two)"
+  debootstrap --variant=minbase "$platform" "$new" "$mirror" >"$roots/$platform.debootstrap.log" 2>&1 ||
+    fail "debootstrap failed: see $roots/$platform.debootstrap.log"
+  sources_line >"$new/etc/apt/sources.list"
+  # Packages must not start their daemons (etcd) in the root; the tests start their own.
+  printf '#!/bin/sh\nexit 101\n' >"$new/usr/sbin/policy-rc.d"
+  chmod 755 "$new/usr/sbin/policy-rc.d"
+  active_root=$new
+  mount_system "$new"
+  say "installing ${#packages[@]} packages"
+  chroot "$new" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    apt-get -q update >"$roots/$platform.apt.log" 2>&1 ||
+    fail "apt-get update failed: see $roots/$platform.apt.log"
+  chroot "$new" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    apt-get -y -q install --no-install-recommends "${packages[@]}" >>"$roots/$platform.apt.log" 2>&1 ||
+    fail "apt-get install failed: see $roots/$platform.apt.log"
+  chroot "$new" apt-get clean
+  unmount_all
+  echo "$key" >"$new/etc/ddprun-platform"
+  if [[ -e $root ]]; then
+    findmnt -rno TARGET | grep -q "^$root/" && fail "$root still has mounts; unmount them first"
+    rm -rf --one-file-system "$root"
+  fi
+  mv "$new" "$root"
+  active_root=$root
+}
+
+if [[ ${DDPRUN_PLATFORM_REFRESH:-0} == 1 || ! -f $stamp || "$(cat "$stamp")" != "$key" ]]; then
+  make_root
+else
+  say "using the cached root $root"
+fi
+((prepare_only == 0)) || exit 0
+
+mount_system "$root"
+mount_into "$root/ddprun/src" --bind -o ro "$source_dir"
+mount -o remount,bind,ro "$root/ddprun/src"
+mkdir -p "$root/ddprun/build"
+
+in_root() {
+  chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    CI="${CI:-}" "$@"
+}
+
+if ((shell)); then
+  in_root bash -l
+  exit $?
+fi
+
+say "$(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_root g++ --version | head -1)," \
+  "torch $(in_root /usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
+
+jobs=${JOBS:-$(nproc)}
+in_root cmake -S /ddprun/src -B /ddprun/build -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DDDPRUN_WERROR=ON -DDDPRUN_BUILD_BENCH=OFF >"$roots/$platform.cmake.log" 2>&1 ||
+  fail "cmake could not configure the build: see $roots/$platform.cmake.log"
+say "building ${targets[*]}"
+in_root cmake --build /ddprun/build -j"$jobs" --target "${targets[@]}" >"$roots/$platform.build.log" 2>&1 || {
+  grep -E 'error|warning' "$roots/$platform.build.log" | head -20 >&2
+  fail "the build failed: see $roots/$platform.build.log"
+}
+
+# Every unit and integration test (CTest labels); the --hosts tests skip, saying
+# so, as the root has no sshd.
+say "running the unit and integration tests"
+if ! in_root timeout --kill-after=30 2400 \
+  ctest --test-dir /ddprun/build --output-on-failure -j2 --timeout 300 -L '^(unit|integration)$' -LE scheduler \
+  -E '_NOT_BUILT'; then
+  fail "tests failed (build tree: $root/ddprun/build)"
+fi
+say "all tests passed"
+}
+
+main "$@"
+exit

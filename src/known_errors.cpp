@@ -1,0 +1,48 @@
+// The table behind known_error_fix (known_errors.hpp). Each entry is a text
+// that appears in the error verbatim, in every torch version that prints it,
+// and the one fix that is right whenever it does.
+#include "ddprun/known_errors.hpp"
+
+#include <array>
+
+namespace ddprun {
+namespace {
+
+struct KnownError {
+    std::string_view text;
+    std::string_view fix;
+};
+
+constexpr std::array k_known_errors{
+    // torch 2.4 and later: TCPStore defaults to libuv, which Debian's torch (and
+    // other source builds) lack, so every init_process_group(env://) fails.
+    KnownError{"use_libuv was requested but PyTorch was built without libuv support",
+               "this torch has no libuv: export USE_LIBUV=0 before ddprun (workers inherit it); "
+               "a TCPStore(...) of your own needs use_libuv=False"},
+    // A CPU-only torch (Debian's, pip's +cpu wheels) asked for NCCL.
+    KnownError{"Distributed package doesn't have NCCL built in",
+               "this torch has no NCCL (a CPU-only build): use backend=\"gloo\", or install a "
+               "CUDA build of torch"},
+    // The python3 on PATH is not the one torch is installed for.
+    KnownError{"No module named 'torch'",
+               "the worker's Python has no torch: name the interpreter that has it with "
+               "PYTHON_EXEC=/path/to/python (e.g. /usr/bin/python3 for Debian's python3-torch)"},
+};
+
+bool contains(std::string_view text, std::string_view part) {
+    return text.find(part) != std::string_view::npos;
+}
+
+}  // namespace
+
+std::optional<std::string_view> known_error_fix(std::string_view error_message,
+                                                const std::vector<std::string>& stderr_tail) {
+    for (const KnownError& known : k_known_errors) {
+        if (contains(error_message, known.text)) return known.fix;
+        for (const std::string& line : stderr_tail)
+            if (contains(line, known.text)) return known.fix;
+    }
+    return std::nullopt;
+}
+
+}  // namespace ddprun
