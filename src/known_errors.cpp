@@ -29,18 +29,14 @@ constexpr std::array k_known_errors{
                "PYTHON_EXEC=/path/to/python (e.g. /usr/bin/python3 for Debian's python3-torch)"},
 };
 
-bool contains(std::string_view text, std::string_view part) {
-    return text.find(part) != std::string_view::npos;
-}
-
 }  // namespace
 
 std::optional<std::string_view> known_error_fix(std::string_view error_message,
                                                 const std::vector<std::string>& stderr_tail) {
     for (const KnownError& known : k_known_errors) {
-        if (contains(error_message, known.text)) return known.fix;
+        if (error_message.contains(known.text)) return known.fix;
         for (const std::string& line : stderr_tail)
-            if (contains(line, known.text)) return known.fix;
+            if (line.contains(known.text)) return known.fix;
     }
     return std::nullopt;
 }
