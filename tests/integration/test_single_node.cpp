@@ -79,16 +79,19 @@ TEST_F(SingleNodeBasics, VersionPrintsNameAndVersion) {
     auto r = run({"--version"});
     ASSERT_EQ(r.exit_code, 0) << r.describe();
     auto lines = non_empty_lines(r.out);
-    ASSERT_EQ(lines.size(), 5u) << r.describe();
+    ASSERT_EQ(lines.size(), 6u) << r.describe();
     EXPECT_TRUE(lines[0].starts_with("ddprun ")) << lines[0];
     EXPECT_NE(lines[0].find(" (commit "), std::string::npos) << lines[0];
     EXPECT_TRUE(lines[1].starts_with("store plugin: ")) << lines[1];
     EXPECT_TRUE(lines[2].starts_with("libtorch: ")) << lines[2];
+    // The libtorch the plugin was compiled against, read from the plugin
+    // file itself: what a mismatch with the loaded libtorch comes down to.
+    EXPECT_TRUE(lines[3].starts_with("store plugin built against: libtorch ")) << lines[3];
     const std::string plugin =
         (std::filesystem::path(DDPRUN_BINARY).parent_path() / "libddprun_openssl.so").string();
-    EXPECT_EQ(lines[3], "openssl plugin: " + plugin) << r.describe();
-    EXPECT_TRUE(lines[4].starts_with("OpenSSL: /")) << lines[4];
-    EXPECT_NE(lines[4].find("libcrypto.so"), std::string::npos) << lines[4];
+    EXPECT_EQ(lines[4], "openssl plugin: " + plugin) << r.describe();
+    EXPECT_TRUE(lines[5].starts_with("OpenSSL: /")) << lines[5];
+    EXPECT_NE(lines[5].find("libcrypto.so"), std::string::npos) << lines[5];
     EXPECT_TRUE(r.out.ends_with("\n")) << r.describe();
 }
 
