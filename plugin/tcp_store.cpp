@@ -95,6 +95,11 @@ bool contains(std::string_view text, std::string_view word) {
     return text.find(word) != std::string_view::npos;
 }
 
+bool says_timeout(std::string_view message) {
+    return contains(message, "Timeout") || contains(message, "timeout") ||
+           contains(message, "timed out");
+}
+
 // The message and kind of the exception being handled. Must be called from a
 // catch block.
 std::pair<Kind, std::string> classify_current_exception() {
@@ -107,14 +112,13 @@ std::pair<Kind, std::string> classify_current_exception() {
         return {Kind::Timeout, first_line(e.what_without_backtrace())};
     } catch (const c10::DistNetworkError& e) {
         std::string message = first_line(e.what_without_backtrace());
-        bool timeout = contains(message, "Timeout") || contains(message, "timed out") ||
-                       contains(message, "timeout");
-        return {timeout ? Kind::Timeout : Kind::Connection, message};
+        return {says_timeout(message) ? Kind::Timeout : Kind::Connection, message};
 #endif
+        // On 2.x also a get or wait that ran out of time: a DistStoreError
+        // ("wait timeout after 500ms, keys: ..."), not a TimeoutError.
     } catch (const c10::Error& e) {
         std::string message = first_line(e.what_without_backtrace());
-        bool timeout = contains(message, "Timeout") || contains(message, "timed out");
-        return {timeout ? Kind::Timeout : Kind::Other, message};
+        return {says_timeout(message) ? Kind::Timeout : Kind::Other, message};
 #if TORCH_VERSION_MAJOR < 2
         // 1.13: c10d's own errors are std::runtime_errors, not c10::Errors.
     } catch (const c10d::TimeoutError& e) {
@@ -128,8 +132,7 @@ std::pair<Kind, std::string> classify_current_exception() {
         return {timeout ? Kind::Timeout : Kind::Connection, first_line(e.code().message())};
     } catch (const std::exception& e) {
         std::string message = first_line(e.what());
-        if (contains(message, "Timeout") || contains(message, "timed out"))
-            return {Kind::Timeout, message};
+        if (says_timeout(message)) return {Kind::Timeout, message};
         if (contains(message, "Connection") || contains(message, "Broken pipe"))
             return {Kind::Connection, message};
         return {Kind::Other, message};
@@ -247,7 +250,7 @@ class TcpStore final : public ddprun::Store {
                 try {
                     client.wait(keys, timeout);
                 } catch (const c10::Error& e) {
-                    if (!contains(e.what_without_backtrace(), "Timeout")) throw;
+                    if (!says_timeout(e.what_without_backtrace())) throw;
                     throw_wait_timeout(keys, timeout);
                 }
             },

@@ -38,6 +38,8 @@ packages=(
   # lintian checks it, man renders ddprun(1) in the install test; the
   # completions are tested against bash-completion's helpers and an interactive zsh
   dpkg-dev lintian man-db bash-completion zsh
+  # the newer platforms' roots (scripts/platform.sh: Debian sid and 13)
+  debootstrap
 )
 
 installed() {

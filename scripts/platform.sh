@@ -55,15 +55,15 @@ fail() {
 ((EUID == 0)) || fail "needs root (debootstrap, chroot and mounts)"
 
 # What the root holds: the build and test dependencies of the tests that run
-# here (no Slurm, Open MPI, sshd or fuzzing: those do not depend on libtorch
-# and run in the Debian 12 suite).
+# here, and the ssh client that --hosts checks for (no sshd, Slurm, Open MPI
+# or fuzzing: those do not depend on libtorch and run in the Debian 12 suite).
 packages=(
   build-essential cmake git
   libspdlog-dev libfmt-dev libboost-dev nlohmann-json3-dev libssl-dev
   libgtest-dev libgmock-dev googletest
   libtorch-dev libgloo-dev
   python3 python3-torch
-  etcd-server etcd-client openssl
+  etcd-server etcd-client openssl openssh-client
   procps iproute2 elfutils
 )
 # What is built there: ddprun, both plugins, the C++ example and the unit and
@@ -91,7 +91,6 @@ sources_line() {
   esac
 }
 
-mounted=()
 active_root=$root # where unmount_all looks for processes left running
 unmount_all() {
   local status=$?
@@ -103,12 +102,13 @@ unmount_all() {
     [[ "$(readlink "$pid/root" 2>/dev/null)" == "$real_root" ]] || continue
     kill -KILL "${pid#/proc/}" 2>/dev/null || true
   done
-  local i
-  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-    umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" ||
-      echo "platform.sh [$platform]: cannot unmount ${mounted[i]}" >&2
-  done
-  mounted=()
+  # What was mounted here and what the tests mounted inside (`ip netns add`
+  # mounts /run/netns on itself), deepest first.
+  local target
+  while read -r target; do
+    umount "$target" 2>/dev/null || umount -l "$target" ||
+      echo "platform.sh [$platform]: cannot unmount $target" >&2
+  done < <(findmnt -rno TARGET | awk -v root="$real_root" 'index($0 "/", root "/") == 1' | sort -r)
   return $status
 }
 trap unmount_all EXIT
@@ -120,11 +120,14 @@ mount_into() { # mount_into TARGET MOUNT-ARGS...
   shift
   mkdir -p "$target"
   mount "$@" "$target"
-  mounted+=("$target")
 }
 
 mount_system() { # the kernel's file systems, for apt, the build and the tests
   local dir=$1
+  # The root a mount point of its own (private: nothing mounted in it shows
+  # elsewhere), so that `ip -n NS`'s `mount --make-rslave /` works inside.
+  mount_into "$dir" --bind "$dir"
+  mount --make-private "$dir"
   mount_into "$dir/proc" -t proc proc
   mount_into "$dir/sys" --bind /sys
   mount_into "$dir/dev" --bind /dev

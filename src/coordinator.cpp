@@ -352,6 +352,12 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
                             const std::vector<int>& lost, bool store_alive, bool joined) {
     // The round may end without a stop (this agent was killed): the watcher must not wait.
     cancel_watch();
+    if (!store_alive && store_stalled()) {
+        // The watcher may be blocked in a call to the frozen store beyond its slice:
+        // c10d 2.x waits out the store's timeout for the reply to the CANCEL_WAIT it
+        // sends when a wait runs out. It is abandoned with the rest (~Coordinator).
+        return;
+    }
     stop_watcher();
     if (!store_alive) return;  // a call to a dead store could block until its timeout
     try {

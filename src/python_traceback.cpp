@@ -13,7 +13,11 @@
 //
 // with "???" for an unknown file name or line, "  <no Python frame>",
 // "  Garbage-collecting", "  ..." after 100 frames, "..." after 100 threads,
-// and "Stack (most recent call first):" when only one thread is dumped. File
+// and "Stack (most recent call first):" when only one thread is dumped.
+// Python 3.14 puts the thread's name (as the OS has it, at most 15 bytes) in
+// brackets after its id, `Thread 0x00007f4e... [Thread-1 (helpe] (most
+// recent call first):`, and adds the current thread's C stack after the
+// Python ones ("Current thread's C stack trace ...", "  Binary file ..."). File
 // names are printed unescaped (a '"' in one is not quoted), so a frame line is
 // split at its last `", line `.
 #include <cctype>
@@ -49,6 +53,12 @@ std::optional<PythonThread> parse_thread_header(std::string_view line, bool cut)
         ++hex_end;
     thread.id = std::string(line.substr(0, hex_end));
     std::string_view rest = line.substr(hex_end);
+    if (rest.starts_with(" [")) {
+        // The name may hold anything, brackets too: the header ends "] (most ...".
+        std::size_t close = rest.rfind(']');
+        if (close == std::string_view::npos) return cut ? std::optional(thread) : std::nullopt;
+        rest.remove_prefix(close + 1);
+    }
     if (rest == k_first_call || (cut && k_first_call.starts_with(rest))) return thread;
     return std::nullopt;
 }

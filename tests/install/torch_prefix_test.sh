@@ -39,9 +39,10 @@ free_port() {
 # links), lib/<arch>/cmake with its CMake files (they find everything relative
 # to themselves), include with its headers.
 prefix=$scratch/other-torch
-mkdir -p "$prefix/lib/$arch" "$prefix/include"
-cp -r "$system_cmake/Torch" "$system_cmake/Caffe2" "$system_cmake/ATen" "$prefix/lib/$arch/" 2>/dev/null ||
-  cp -r "$system_cmake/Torch" "$system_cmake/Caffe2" "$prefix/lib/$arch/"
+mkdir -p "$prefix/lib/$arch/cmake" "$prefix/include"
+for package in Torch Caffe2 ATen; do
+  [[ ! -d $system_cmake/$package ]] || cp -r "$system_cmake/$package" "$prefix/lib/$arch/cmake/"
+done
 for library in c10 torch_cpu torch; do
   real=$(readlink -f "/usr/lib/$arch/lib$library.so")
   cp --reflink=auto "$real" "$prefix/lib/$arch/"
@@ -99,5 +100,29 @@ node0=
 for node in 0 1; do
   grep -q "$prefix/lib/$arch/libc10" "$scratch/node$node.out" ||
     fail "node $node's agent did not map the prefix's libc10: $(cat "$scratch/node$node.out")"
+done
+
+# The same plugin once its libtorch is gone (the torch it was built for
+# uninstalled, or another environment activated): the job stops at once with
+# one line naming the plugin, the libtorch it was built against and the
+# command that builds one for the torch at hand.
+# The system's libc10 (the same version) would be found next, so it is hidden
+# too, by an empty file mounted over it in a mount namespace of the job's own.
+if [[ $(id -u) != 0 ]]; then
+  echo "torch_prefix_test: skipped: hiding the system's libc10 needs root (unshare -m)"
+  exit 77
+fi
+rm "$prefix/lib/$arch"/libc10.so*
+status=0
+env -u LD_LIBRARY_PATH DDPRUN_STORE_PLUGIN="$installed" unshare -m sh -c '
+  for library in /usr/lib/'"$arch"'/libc10.so*; do mount --bind /dev/null "$library"; done
+  exec "$@"' sh timeout 60 "$build/ddprun" --node_rank=0 \
+  --local_addr=127.0.0.1 "${two_nodes[@]}" >"$scratch/gone.out" 2>&1 || status=$?
+echo "without its libtorch: exit $status: $(cat "$scratch/gone.out")"
+[[ $status == 75 ]] || fail "a plugin whose libtorch is gone: exit $status, not 75 (README: Exit codes)"
+errors=$(grep '^ddprun: error: ' "$scratch/gone.out") || fail "a plugin whose libtorch is gone: no error line"
+[[ $(wc -l <<<"$errors") == 1 ]] || fail "a plugin whose libtorch is gone: more than one error line"
+for expected in "$installed" "built against \(libtorch [0-9]" "libc10\.so" "cmake -S .* --target ddprun_store"; do
+  grep -qE -- "$expected" <<<"$errors" || fail "a plugin whose libtorch is gone: no '$expected' in: $errors"
 done
 echo "torch_prefix_test: passed"

@@ -141,6 +141,26 @@ TEST(FaulthandlerText, TwoThreadsAfterOtherOutput) {
     EXPECT_EQ(python_top_frames(threads, 1), "wait_here (two_threads.py:12)");
 }
 
+// Python 3.14: the thread's name after its id, and the C stack after the dump.
+TEST(FaulthandlerText, Python314NamesThreadsAndAddsTheCStack) {
+    auto threads = parse_faulthandler(recorded("faulthandler_python314.txt"));
+    ASSERT_EQ(threads.size(), 2u);
+    EXPECT_EQ(threads[0].id, "0x00007f4ed3ab06c0");
+    EXPECT_FALSE(threads[0].current);
+    EXPECT_EQ(threads[0].frames.size(), 4u);
+    EXPECT_EQ(threads[1].id, "0x00007f4ed3dad200");
+    EXPECT_TRUE(threads[1].current);
+    EXPECT_EQ(threads[1].frames.size(), 2u);
+    EXPECT_EQ(python_top_frames(threads), "hang_here (<string>:6) <- <module> (<string>:9)");
+
+    auto odd = parse_faulthandler(
+        "Thread 0x1 [a] b] (most recent call first):\n  File \"a.py\", line 1 in f\n");
+    ASSERT_EQ(odd.size(), 1u);
+    EXPECT_EQ(python_top_frames(odd), "f (a.py:1)");
+    EXPECT_EQ(parse_faulthandler("Thread 0x1 [main (most recent call first):\n").size(), 0u);
+    EXPECT_EQ(parse_faulthandler("Thread 0x1 [Thre").size(), 1u);
+}
+
 TEST(FaulthandlerText, TorchDumpEndsAtExtensionModules) {
     auto threads = parse_faulthandler(recorded("faulthandler_torch_sleep.txt"));
     ASSERT_EQ(threads.size(), 2u);
