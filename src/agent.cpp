@@ -77,6 +77,13 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
     // Signals are handled while the join is in flight: a Ctrl-C aborts it on every node, and
     // a killed agent does not wait for its answer at all.
     run_until([&] { return joined || stop_signal == SIGKILL || left; });
+    if (joined && !*joined && !stop_signal) {
+        // When every node is stopped at once, the store's node may go first and this join
+        // fail on the lost store: the stop signal that came with it is why this node stops.
+        join_failed = true;
+        io.poll();
+        join_failed = false;
+    }
     phase = Phase::Done;
     if (!joined || left) return std::unexpected(exit_code::kSignalBase + stop_signal);
     if (!*joined) {

@@ -53,6 +53,7 @@ struct Agent::Impl {
     bool failure_published = false;
     bool kill_requested = false;          // another node asked every node to kill its workers
     bool left = false;                    // an elastic job's node leaving on a stop signal
+    bool join_failed = false;             // the join's error is in; signals only give up
     std::optional<StopEvent> stop_event;  // how the round ended job-wide
 
     // --event-log (agent_events.cpp, event_log.hpp): off without it, and then nothing

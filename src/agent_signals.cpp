@@ -77,6 +77,11 @@ void Agent::Impl::on_stop_signal(int signal, bool workers_have_it) {
             stop_signal = signal;
             return;
         case Phase::Joining:
+            if (join_failed) {
+                spdlog::info("received {} as the join failed; giving up", signal_name(signal));
+                stop_signal = signal;
+                return;
+            }
             if (cluster->leave(signal)) {
                 spdlog::info("received {} while waiting to join; leaving the job",
                              signal_name(signal));

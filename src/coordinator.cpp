@@ -21,6 +21,11 @@ namespace {
 
 // Blocking waits are cut in slices this long so that closing is prompt.
 constexpr std::chrono::milliseconds k_wait_slice{500};
+// How long a thread whose store is gone (not frozen) may take to fail its call: the
+// plugin's reconnect window (1 s, which c10d counts in whole seconds) and a reply.
+// Abandoning such a thread let it post to the agent's loop after it was gone: SIGSEGV
+// of a thawed agent, found by stress.sh.
+constexpr std::chrono::milliseconds k_settle_bound{3000};
 
 }  // namespace
 
@@ -149,7 +154,7 @@ Coordinator::~Coordinator() {
         if (m_entry) m_entry->cancel();
         if (m_watch_store) m_watch_store->cancel();
     }
-    if (store_stalled()) {
+    if (store_stalled() && !threads_return(k_settle_bound)) {
         // Threads blocked forever in a store call: abandon them with what they use; the
         // agent's process exits right after this.
         if (m_leader) {
@@ -182,6 +187,24 @@ Coordinator::~Coordinator() {
             spdlog::debug("revoking this agent's etcd lease: {}", e.what());
         }
     }
+}
+
+bool Coordinator::threads_return(std::chrono::milliseconds bound) {
+    if (m_abandoned) return false;
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    auto returned = [&deadline](const std::future<void>& done) {
+        return !done.valid() || done.wait_until(deadline) == std::future_status::ready;
+    };
+    if (!returned(m_watcher_done) || !returned(m_heartbeat_done)) return false;
+    // The operations thread is free when a task posted now runs.
+    auto idle = std::make_shared<std::promise<void>>();
+    auto ops_idle = idle->get_future();
+    asio::post(*m_ops, [idle] { idle->set_value(); });
+    if (!returned(ops_idle)) return false;
+    if (!m_leader) return true;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    return m_leader->stop_within(std::max(left, std::chrono::milliseconds(0)));
 }
 
 void Coordinator::stop_watcher() {
@@ -236,34 +259,42 @@ void Coordinator::join(int round, int node_rank, int master_port, JoinDone done)
 void Coordinator::watch(int round, StopHandler on_stop) {
     stop_watcher();
     m_watch_cancelled = false;
-    m_watcher = std::thread([this, round, on_stop = std::move(on_stop)] {
-        std::unique_ptr<Store> store;
-        try {
-            store = m_store->clone();
-        } catch (const StoreError& e) {
-            asio::post(m_io, [on_stop, lost = store_lost(e.what())] { on_stop(lost); });
-            return;
+    std::promise<void> done;
+    m_watcher_done = done.get_future();
+    m_watcher =
+        std::thread([this, round, on_stop = std::move(on_stop), done = std::move(done)]() mutable {
+            watch_stop(round, on_stop);
+            done.set_value();
+        });
+}
+
+void Coordinator::watch_stop(int round, const StopHandler& on_stop) {
+    std::unique_ptr<Store> store;
+    try {
+        store = m_store->clone();
+    } catch (const StoreError& e) {
+        asio::post(m_io, [on_stop, lost = store_lost(e.what())] { on_stop(lost); });
+        return;
+    }
+    // A store whose wait can be cancelled (etcd) keeps one watch open for a heartbeat
+    // timeout at a time (a member frozen mid-watch costs at most that; closing cancels
+    // it); the others wait in short slices, so that closing stays prompt.
+    const auto slice = store->cancellable() ? m_options.heartbeat_timeout : k_wait_slice;
+    publish_watch_store(store.get());
+    struct Unpublish {
+        Coordinator& self;
+        ~Unpublish() { self.publish_watch_store(nullptr); }
+    } unpublish{*this};
+    Rendezvous rendezvous(*store, m_options.run_id);
+    for (;;) {
+        StopEvent event = rendezvous.wait_stop(round, slice);
+        if (event.kind == StopEvent::Kind::Timeout) {
+            if (m_closing || m_watch_cancelled) return;
+            continue;
         }
-        // A store whose wait can be cancelled (etcd) keeps one watch open for a heartbeat
-        // timeout at a time (a member frozen mid-watch costs at most that; closing cancels
-        // it); the others wait in short slices, so that closing stays prompt.
-        const auto slice = store->cancellable() ? m_options.heartbeat_timeout : k_wait_slice;
-        publish_watch_store(store.get());
-        struct Unpublish {
-            Coordinator& self;
-            ~Unpublish() { self.publish_watch_store(nullptr); }
-        } unpublish{*this};
-        Rendezvous rendezvous(*store, m_options.run_id);
-        for (;;) {
-            StopEvent event = rendezvous.wait_stop(round, slice);
-            if (event.kind == StopEvent::Kind::Timeout) {
-                if (m_closing || m_watch_cancelled) return;
-                continue;
-            }
-            asio::post(m_io, [on_stop, event = std::move(event)] { on_stop(event); });
-            return;
-        }
-    });
+        asio::post(m_io, [on_stop, event = std::move(event)] { on_stop(event); });
+        return;
+    }
 }
 
 void Coordinator::publish_watch_store(Store* store) {
@@ -352,10 +383,13 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
                             const std::vector<int>& lost, bool store_alive, bool joined) {
     // The round may end without a stop (this agent was killed): the watcher must not wait.
     cancel_watch();
-    if (!store_alive && store_stalled()) {
-        // The watcher may be blocked in a call to the frozen store beyond its slice:
-        // c10d 2.x waits out the store's timeout for the reply to the CANCEL_WAIT it
-        // sends when a wait runs out. It is abandoned with the rest (~Coordinator).
+    if (!store_alive && store_stalled() && m_watcher.joinable() &&
+        m_watcher_done.wait_for(k_settle_bound) != std::future_status::ready) {
+        // The watcher is blocked in a call to the frozen store beyond its slice: c10d 2.x
+        // waits out the store's timeout for the reply to the CANCEL_WAIT it sends when a
+        // wait runs out. Abandoned with the rest (~Coordinator), whatever the clock says
+        // then. A store that is gone (not frozen) fails the call at once: joined.
+        m_abandoned = true;
         return;
     }
     stop_watcher();

@@ -65,8 +65,13 @@ std::string store_failure(const StoreError& e) {
 void Coordinator::start_heartbeats(int node_rank, LostHandler on_lost) {
     if (m_heartbeat.joinable()) return;
     m_on_lost = on_lost;
+    std::promise<void> done;
+    m_heartbeat_done = done.get_future();
     m_heartbeat = std::thread(
-        [this, node_rank, on_lost = std::move(on_lost)] { heartbeat_loop(node_rank, on_lost); });
+        [this, node_rank, on_lost = std::move(on_lost), done = std::move(done)]() mutable {
+            heartbeat_loop(node_rank, on_lost);
+            done.set_value();
+        });
 }
 
 void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {

@@ -271,6 +271,13 @@ void ElasticLeader::wait_closed(std::chrono::milliseconds bound) {
     m_impl->done.wait_for(lock, bound, [this] { return m_impl->finished; });
 }
 
+bool ElasticLeader::stop_within(std::chrono::milliseconds bound) {
+    m_impl->stopping = true;
+    if (!m_thread.joinable()) return true;
+    std::unique_lock lock(m_impl->mutex);
+    return m_impl->done.wait_for(lock, bound, [this] { return m_impl->finished; });
+}
+
 void ElasticLeader::abandon() {
     m_impl->abandoned = true;
 }

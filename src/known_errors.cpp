@@ -15,8 +15,9 @@ struct KnownError {
 
 constexpr std::array k_known_errors{
     // torch 2.4 and later: TCPStore defaults to libuv, which Debian's torch (and
-    // other source builds) lack, so every init_process_group(env://) fails.
-    KnownError{"use_libuv was requested but PyTorch was built without libuv support",
+    // other source builds) lack, so every init_process_group(env://) fails. The
+    // text stops short of "built": torch 2.6 (Debian 13's) says "was build without".
+    KnownError{"use_libuv was requested but PyTorch was buil",
                "this torch has no libuv: export USE_LIBUV=0 before ddprun (workers inherit it); "
                "a TCPStore(...) of your own needs use_libuv=False"},
     // A CPU-only torch (Debian's, pip's +cpu wheels) asked for NCCL.

@@ -216,10 +216,7 @@ int run_launch(LaunchContext context) {
     std::vector<int> forwarded = config.stop_signals;
     forwarded.insert(forwarded.end(), config.forward_signals.begin(), config.forward_signals.end());
     const std::string scratch = context.scratch_dir;
-    auto remove_scratch = [&scratch] {
-        std::error_code ec;
-        fs::remove_all(scratch, ec);
-    };
+    auto remove_scratch = [&scratch] { remove_scratch_dir(scratch); };
     // Both processes remove the scratch dir: the agent outlives a SIGKILLed supervisor, the
     // supervisor outlives a SIGKILLed agent.
     return supervise(

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <vector>
 
@@ -21,10 +22,22 @@ namespace {
 constexpr std::string_view k_stem = "ddprun-";
 constexpr std::string_view k_lock = ".lock";
 constexpr std::string_view k_new_lock = ".lock.new";
+constexpr std::string_view k_gone = ".gone";
 
 // "ddprun-" and mkdtemp's six characters: never ddprun_logs_ (kept for the user).
 bool is_scratch_name(const std::string& name) {
     return name.size() == k_stem.size() + 6 && name.starts_with(k_stem);
+}
+
+// A scratch directory on its way out (remove_scratch_dir): dead by construction.
+bool is_gone_name(const std::string& name) {
+    return name.ends_with(k_gone) && is_scratch_name(name.substr(0, name.size() - k_gone.size()));
+}
+
+// Owned by this user, a directory, not a link to one.
+bool is_own_directory(const fs::path& path) {
+    struct stat info {};
+    return ::lstat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode) && info.st_uid == ::geteuid();
 }
 
 }  // namespace
@@ -55,22 +68,31 @@ std::expected<std::string, Error> make_scratch_dir(const std::string& base) {
     return dir;
 }
 
+void remove_scratch_dir(const std::string& dir) {
+    const std::string gone = dir + std::string(k_gone);
+    std::error_code ec;
+    if (::rename(dir.c_str(), gone.c_str()) != 0 && errno != ENOENT) fs::remove_all(dir, ec);
+    fs::remove_all(gone, ec);
+}
+
 int reclaim_scratch_dirs(const std::string& base) {
     int removed = 0;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(base, ec)) {
         const std::string name = entry.path().filename().string();
-        if (!is_scratch_name(name)) continue;
-        struct stat info {};
-        if (::lstat(entry.path().c_str(), &info) != 0 || !S_ISDIR(info.st_mode) ||
-            info.st_uid != ::geteuid())
-            continue;
-        std::string lock_path = (entry.path() / k_lock).string();
-        UniqueFd lock(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-        if (!lock) continue;
-        if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;  // its owner is alive
+        const bool gone = is_gone_name(name);
+        if ((!gone && !is_scratch_name(name)) || !is_own_directory(entry.path())) continue;
         std::error_code removing;
-        if (fs::remove_all(entry.path(), removing) > 0 && !removing) ++removed;
+        if (gone) {
+            fs::remove_all(entry.path(), removing);  // its remover was killed midway
+        } else {
+            std::string lock_path = (entry.path() / k_lock).string();
+            UniqueFd lock(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+            if (!lock) continue;
+            if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;  // its owner is alive
+            remove_scratch_dir(entry.path().string());
+        }
+        if (!fs::exists(entry.path(), removing)) ++removed;
     }
     return removed;
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <expected>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -154,8 +155,13 @@ class Coordinator {
     void on_kill(std::function<void()> on_kill) { m_on_kill = std::move(on_kill); }
 
   private:
+    // True when the threads that call the store (watcher, heartbeat, operations,
+    // elastic leader) return within `bound`: the store's host is gone, its calls fail
+    // at once (nothing to abandon), rather than frozen, where they block.
+    bool threads_return(std::chrono::milliseconds bound);
     Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store);
     void heartbeat_loop(int node_rank, LostHandler on_lost);
+    void watch_stop(int round, const StopHandler& on_stop);  // the watcher thread's body
     void stop_watcher();
     // Elastic: the agent `leader` leads; this one starts leading (after `lost_leader`,
     // on etcd, with the agents alive then).
@@ -180,7 +186,9 @@ class Coordinator {
     std::unique_ptr<Rendezvous> m_ops_rendezvous;
     std::unique_ptr<boost::asio::thread_pool> m_ops;
     std::thread m_watcher;
+    std::future<void> m_watcher_done;  // ready once the watcher thread returns
     std::thread m_heartbeat;
+    std::future<void> m_heartbeat_done;  // ready once the heartbeat thread returns
     std::atomic<int> m_round{0};
     std::atomic<bool> m_closing{false};
     std::atomic<bool> m_watch_cancelled{false};  // the round ended: the watcher returns

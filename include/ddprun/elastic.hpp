@@ -130,6 +130,8 @@ class ElasticLeader {
     // After its agent's close(): waits, at most `bound`, until the leader has
     // told every waiting agent.
     void wait_closed(std::chrono::milliseconds bound);
+    // Asks the thread to stop; true when it has returned within `bound`.
+    bool stop_within(std::chrono::milliseconds bound);
     // The thread is stuck in a store call: abandon it instead of joining.
     void abandon();
 

@@ -30,8 +30,14 @@ std::string scratch_base(const Environment& env);
 // naming the call and the directory.
 std::expected<std::string, Error> make_scratch_dir(const std::string& base);
 
+// Removes a scratch directory: renamed to "<dir>.gone" first, so that a
+// process killed while removing it (the supervisor and the agent both remove
+// it; one SIGKILLed midway, say the .lock gone and the rest not) leaves a name
+// that the next ddprun knows to be dead, never a directory without its lock.
+void remove_scratch_dir(const std::string& dir);
+
 // Removes the scratch directories under `base` that this user's dead ddprun
-// processes left; returns how many.
+// processes left (and the ".gone" ones a killed remover left); returns how many.
 int reclaim_scratch_dirs(const std::string& base);
 
 }  // namespace ddprun

@@ -791,7 +791,12 @@ std::vector<ProcessInfo> IntegrationTest::wait_job_gone(Milliseconds timeout) {
         [&] {
             reap_zombies(children_of_self());
             live = live_job_processes();
-            return live.empty();
+            if (!live.empty()) return false;
+            // A zombie that cannot be reaped yet has threads still exiting, holding its
+            // files (a scratch directory's lock): gone once reaped.
+            auto children = children_of_self();
+            return std::all_of(children.begin(), children.end(),
+                               [this](pid_t pid) { return m_services.contains(pid); });
         },
         timeout);
     return live;

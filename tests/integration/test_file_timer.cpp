@@ -139,5 +139,23 @@ TEST_F(FileTimer, ATimerFileThatIsNotAFifoStopsTheJobNamingIt) {
     EXPECT_TRUE(lines_by_rank(r.out).empty()) << "no worker starts\n" << r.describe();
 }
 
+// examples/file_timer.py as its docstring runs it: five guarded steps on each
+// rank, then with --hang-rank 1 a step that never ends and the watchdog's kill.
+TEST_F(FileTimer, TheExampleRunsAndItsHungStepIsKilled) {
+    if (!python_has_torch()) GTEST_SKIP() << k_python << " cannot import torch";
+    const std::string example = k_examples_dir + "/file_timer.py";
+    auto good = run({"--nproc_per_node=2", example}, file_timer_env());
+    ASSERT_EQ(good.exit_code, 0) << good.describe();
+    EXPECT_TRUE(contains(good.out, "[1]: rank 1: 5 steps done")) << good.describe();
+
+    auto hung = run({"--nproc_per_node=2", example, "--hang-rank", "1"}, file_timer_env());
+    EXPECT_EQ(hung.exit_code, 128 + SIGKILL) << hung.describe();
+    bool named = false;
+    for (const auto& line : ddprun_own_lines(hung.err))
+        named = named || (contains(line, "rank 1 (pid ") &&
+                          contains(line, "FileTimer scope 'step' expired (set for 2 s)"));
+    EXPECT_TRUE(named) << hung.describe();
+}
+
 }  // namespace
 }  // namespace ddprun_it

@@ -43,6 +43,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "torch.distributed.DistStoreError: use_libuv was requested but PyTorch was built "
                   "without libuv support, run with USE_LIBUV=0 to disable it.",
                   "USE_LIBUV=0"},
+        KnownCase{"LibuvMissingTorch26",
+                  "RuntimeError: use_libuv was requested but PyTorch was build without libuv "
+                  "support",
+                  "USE_LIBUV=0"},
         KnownCase{"NoNccl", "RuntimeError: Distributed package doesn't have NCCL built in", "gloo"},
         KnownCase{"NoTorch", "ModuleNotFoundError: No module named 'torch'", "PYTHON_EXEC"},
         KnownCase{"OtherModule", "ModuleNotFoundError: No module named 'torchvision'", ""},
