@@ -1,6 +1,7 @@
 # `cmake --install build --prefix P`: P/bin/ddprun, the store and OpenSSL
 # plugins in P/lib/ddprun (found relative to the binary), ddprun(1), the bash and
-# zsh completions, the README and the license. The Debian package
+# zsh completions, the README, the pages of docs/ (P/share/doc/ddprun/docs) and
+# the license. The Debian package
 # (scripts/package.sh, cmake/Packaging.cmake) is this same install under /usr.
 install(TARGETS ddprun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ddprun_openssl LIBRARY DESTINATION ${DDPRUN_INSTALL_PLUGINDIR})
@@ -15,6 +16,9 @@ install(FILES ${DDPRUN_DOCS_DIR}/ddprun.bash DESTINATION ${DDPRUN_INSTALL_BASHDI
         RENAME ddprun)
 install(FILES ${DDPRUN_DOCS_DIR}/_ddprun DESTINATION ${DDPRUN_INSTALL_ZSHDIR})
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The manual's pages, beside the README that links them (docs/...).
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+        FILES_MATCHING PATTERN "*.md")
 # Debian's name for the license file; as good a name as any elsewhere.
 install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME copyright)
 

@@ -401,8 +401,14 @@ std::string man_page(std::string_view version) {
         "libtorch that would bring in.\n"
         ".SH \"SEE ALSO\"\n"
         ".BR mpirun (1),\n.BR srun (1),\n.BR ssh (1)\n"
-        ".PP\nThe README (/usr/share/doc/ddprun/README.md in the Debian package) covers "
-        "elastic jobs, etcd, schedulers, --hosts, hangs and the event log in full.\n";
+        ".PP\nThe README (/usr/share/doc/ddprun/README.md in the Debian package) is the "
+        "front page; the pages beside it in /usr/share/doc/ddprun/docs/ cover the rest in "
+        "full: install.md (installing and building), environment.md (what workers get), "
+        "output.md and events.md (output and the event log), failures.md (failures, "
+        "signals, restarts), hangs.md (\\-\\-hang\\-timeout, FileTimer), multi\\-node.md "
+        "(\\-\\-hosts), schedulers.md (Slurm, Kubeflow, mpirun), elastic.md (elastic jobs), "
+        "etcd.md (the etcd backend), security.md (the job secret), reliability.md, "
+        "benchmarks.md and scale.md.\n";
     return out;
 }
 

@@ -27,6 +27,16 @@ for path in bin/ddprun share/man/man1/ddprun.1.gz share/bash-completion/completi
   share/doc/ddprun/README.md share/doc/ddprun/copyright; do
   [[ -e $first/$path ]] || fail "cmake --install did not install $path"
 done
+# Every page of the manual beside the README, which links them as docs/NAME.md.
+source_docs=$(dirname "${BASH_SOURCE[0]}")/../../docs
+pages=0
+for page in "$source_docs"/*.md; do
+  [[ -e $first/share/doc/ddprun/docs/${page##*/} ]] \
+    || fail "cmake --install did not install share/doc/ddprun/docs/${page##*/}"
+  pages=$((pages + 1))
+done
+((pages > 0)) || fail "no docs/*.md found in $source_docs"
+[[ -e $first/share/doc/ddprun/docs/install.md ]] || fail "cmake --install did not install docs/install.md"
 zsh_completion=$(find "$first/share/zsh" -name _ddprun)
 [[ -n $zsh_completion ]] || fail "no zsh completion under $first/share/zsh"
 plugin=$(find "$first" -name libddprun_store.so)
