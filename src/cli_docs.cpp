@@ -4,7 +4,7 @@
 // drifts from the parser the first time a flag is added. Here the options
 // section of the man page and every flag a completion offers are loops over
 // k_options; the prose around them (the worker environment, exit codes,
-// examples) is the contract of docs/DESIGN and README, kept in one place.
+// examples) is the contract of README.md and docs/, kept in one place.
 
 #include "cli_docs.hpp"
 

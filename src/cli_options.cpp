@@ -24,7 +24,7 @@ namespace {
 constexpr std::string_view k_torchrun = "torchrun flags (- and _ spellings both work):";
 constexpr std::string_view k_ddprun = "ddprun flags:";
 constexpr std::string_view k_fan_out =
-    "one command for the whole job, over ssh (README \"Without a scheduler\"):";
+    "one command for the whole job, over ssh (docs/multi-node.md):";
 
 // k_options (cli_options.hpp): the one list of options.
 constexpr OptionSpec k_option_table[] = {
@@ -45,7 +45,7 @@ constexpr OptionSpec k_option_table[] = {
      "the store; etcd: its members [MASTER_ADDR:29400]"},
     {"rdzv_id", 0, "ID", EnvDefault::Torchrun, k_torchrun, "job id, the same on every node [none]"},
     {"rdzv_conf", 0, "KEY=VAL,...", EnvDefault::Torchrun, k_torchrun,
-     "e.g. join_timeout=600,is_host=1 (etcd TLS, users: see README)"},
+     "e.g. join_timeout=600,is_host=1 (etcd TLS, users: docs/etcd.md)"},
     {"standalone", 0, "", EnvDefault::Torchrun, k_torchrun,
      "one node with its own store (c10d, --nnodes=1)"},
     {"max_restarts", 0, "N", EnvDefault::Torchrun, k_torchrun,

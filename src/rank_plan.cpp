@@ -151,7 +151,7 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         // ddprun sends at a hang (agent_hang.cpp).
         if (config.hang_timeout.count() > 0) unless_set(env, "PYTHONFAULTHANDLER", "1");
         // As torchrun 2.14: the current name only. torch 2.2 and later warn on every rank
-        // about NCCL_ASYNC_ERROR_HANDLING; a torch < 2.2 user exports it (README).
+        // about NCCL_ASYNC_ERROR_HANDLING; a torch < 2.2 user exports it (docs/environment.md).
         unless_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
         // torchrun 2.x tells workers which signals stop the job (its --signals_to_handle).
         env.emplace_back("TORCHELASTIC_SIGNALS_TO_HANDLE", signals_text);

@@ -15,7 +15,7 @@ namespace {
 constexpr std::string_view k_need_libtorch =
     "multi-node jobs need libtorch: install libtorch-dev (scripts/install-deps.sh) and rebuild";
 // How a user builds the plugin for the torch they have (a pip or conda one included;
-// README: "Install").
+// docs/install.md).
 constexpr std::string_view k_build_for_this_torch =
     "cmake -S <ddprun source> -B build -DCMAKE_PREFIX_PATH=\"$(python3 -c 'import torch; "
     "print(torch.utils.cmake_prefix_path)')\" && cmake --build build --target ddprun_store";

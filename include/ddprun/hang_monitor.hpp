@@ -2,7 +2,7 @@
 // beats their workers write (progress.hpp). Pure: the agent feeds it beats and
 // the time; it owns no timer and does no I/O, so every rule is unit-tested.
 //
-// The rules (README "Hangs"):
+// The rules (docs/hangs.md):
 //  - a rank is watched from its first beat: after it, a gap longer than
 //    `timeout` between beats (or since the last one) makes it hung;
 //  - a rank that never beats is not watched, unless `first` is set: then it

@@ -5,7 +5,7 @@
 // actions for the leader to carry out over the store (elastic.hpp). No I/O and
 // no clock of its own, so every rule is tested without a store or a sleep.
 //
-// The rules (README "Elastic jobs"):
+// The rules (docs/elastic.md):
 //  - The first round forms as soon as MAX agents wait, or when at least MIN
 //    do and last_call has passed since the MIN-th came. A later round forms
 //    as soon as every live agent waits (the survivors of the previous round

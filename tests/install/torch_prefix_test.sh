@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The store plugin built against a libtorch that is not the system's, as a
-# user of a pip, conda or libtorch-zip torch builds it (README: "Install"):
+# user of a pip, conda or libtorch-zip torch builds it (docs/install.md):
 # a copy of this machine's libtorch in a prefix of its own (its libraries
 # copied, so that what loads from there is really that copy), named with
 # CMAKE_PREFIX_PATH. The plugin must find that libtorch at run time through

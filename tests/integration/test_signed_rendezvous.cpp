@@ -37,7 +37,7 @@ const std::string k_other_secret = "fedcba9876543210fedcba9876543210";
 // The shape of a signed record with a MAC that is not this job's.
 const std::string k_wrong_mac = "hmac-sha256=" + std::string(64, '0') + " ";
 
-// What a forged record does, as the README says.
+// What a forged record does, as docs/security.md says.
 enum class Outcome {
     Ignored,  // the job goes on and succeeds (0), every worker finished
     Ends,     // the job ends with 75 on every node, a line naming the key

@@ -57,7 +57,7 @@ class KnownTorchError : public IntegrationTest {};
 // (bench/torchrun_compat.py: torchrun as it is, made to start where torch lacks
 // libuv). Every variable torchrun gives a worker, ddprun gives with the same value,
 // except those listed here with the reason; what ddprun adds is listed too. The
-// README's "What workers get" says the same.
+// docs/environment.md says the same.
 TEST_F(TorchEnvironment, WorkersGetWhatTorchrunOfTheSameTorchGives) {
     auto version = torch_version();
     if (!version) GTEST_SKIP() << k_python << " cannot import torch";
