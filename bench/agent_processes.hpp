@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/fd.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/base/fd.hpp"
+#include "ddprun/store/store.hpp"
 #include "simulated_agents.hpp"
 
 namespace ddprun::bench {

@@ -8,7 +8,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "ddprun/signed_store.hpp"
+#include "ddprun/store/signed_store.hpp"
 
 namespace {
 

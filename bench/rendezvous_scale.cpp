@@ -68,10 +68,10 @@
 #include <fmt/format.h>
 
 #include "agent_processes.hpp"
-#include "ddprun/etcd_store.hpp"
-#include "ddprun/rendezvous.hpp"
-#include "ddprun/signed_store.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/store/etcd_store.hpp"
+#include "ddprun/store/signed_store.hpp"
+#include "ddprun/store/store.hpp"
 #include "simulated_agents.hpp"
 #include "support/etcd_server.hpp"
 

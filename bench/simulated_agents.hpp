@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/rendezvous.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace ddprun::bench {
 

@@ -19,7 +19,7 @@ find_package(Boost 1.74 REQUIRED)
 # The OpenSSL plugin (etcd's HTTP and TLS, HMAC-SHA256; libssl-dev). Only the
 # plugin links it: loading libcrypto.so.3 took about 1.7 ms of every start on
 # the build machine (bench/run.sh (m)), and ddprun loads it only for an etcd
-# job or a job secret (include/ddprun/openssl_plugin.hpp).
+# job or a job secret (include/ddprun/store/openssl_plugin.hpp).
 find_package(OpenSSL REQUIRED)
 
 # fmt and spdlog without their shared libraries (see Boost above). Debian's

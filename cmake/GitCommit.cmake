@@ -1,5 +1,5 @@
 # Run at every build (cmake -P): writes OUTPUT with the commit of SOURCE_DIR,
-# rewriting it only when it changed, so that only src/version.cpp recompiles
+# rewriting it only when it changed, so that only src/cli/version.cpp recompiles
 # after a commit. Outside a git checkout (a release tarball) the commit is
 # DDPRUN_GIT_COMMIT if given, else "unknown".
 if(NOT DEFINED DDPRUN_GIT_COMMIT OR DDPRUN_GIT_COMMIT STREQUAL "")

@@ -2,7 +2,7 @@
 # and what the code needs to know about it. Every destination is relative to
 # the prefix, so an install can be copied elsewhere and still work: the binary
 # finds the store plugin through DDPRUN_PLUGIN_RELATIVE_DIR, a path relative to
-# its own directory (src/store.cpp), not through LD_LIBRARY_PATH or a RUNPATH.
+# its own directory (src/store/store.cpp), not through LD_LIBRARY_PATH or a RUNPATH.
 
 # Empty: the default, computed at each configure (so that a build reconfigured
 # for another prefix, as scripts/package.sh does with /usr, follows it).

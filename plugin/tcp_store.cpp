@@ -25,8 +25,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <ddprun/store.hpp>
-#include <ddprun/text.hpp>
+#include <ddprun/base/text.hpp>
+#include <ddprun/store/store.hpp>
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>

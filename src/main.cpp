@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/cli.hpp"
-#include "ddprun/fan_out.hpp"
-#include "ddprun/launch.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/version.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/cli/cli.hpp"
+#include "ddprun/cli/version.hpp"
+#include "ddprun/fanout/fan_out.hpp"
+#include "ddprun/launch/launch.hpp"
 
 extern char** environ;
 

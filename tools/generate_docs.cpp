@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "cli_docs.hpp"
+#include "cli/cli_docs.hpp"
 
 int main(int argc, char** argv) {
     if (argc != 3) {

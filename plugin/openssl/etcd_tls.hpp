@@ -15,7 +15,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/error.hpp>
 
-#include "ddprun/etcd_client.hpp"
+#include "ddprun/store/etcd_client.hpp"
 
 namespace ddprun {
 

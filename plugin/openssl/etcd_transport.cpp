@@ -23,8 +23,8 @@
 
 #include <fmt/format.h>
 
-#include "etcd_answers.hpp"
 #include "etcd_tls.hpp"
+#include "store/etcd_answers.hpp"
 
 namespace ddprun {
 

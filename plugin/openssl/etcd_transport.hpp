@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "ddprun/openssl_plugin.hpp"
+#include "ddprun/store/openssl_plugin.hpp"
 
 namespace ddprun {
 

@@ -1,5 +1,5 @@
 // libddprun_openssl.so: what ddprun does with OpenSSL (see openssl_plugin.hpp).
-#include "ddprun/openssl_plugin.hpp"
+#include "ddprun/store/openssl_plugin.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

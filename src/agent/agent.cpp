@@ -6,7 +6,7 @@
 //   Killing     workers got SIGKILL; the round ends as soon as they are gone
 //   Done        between rounds
 // How the agent answers signals in each phase is in agent_signals.cpp.
-#include "ddprun/agent.hpp"
+#include "ddprun/agent/agent.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -14,10 +14,10 @@
 #include <cstdio>
 
 #include "agent_impl.hpp"
-#include "ddprun/clock.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/round_report.hpp"
-#include "ddprun/signals.hpp"
+#include "ddprun/base/clock.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/report/round_report.hpp"
 
 namespace ddprun {
 

@@ -17,8 +17,8 @@
 #include <fstream>
 
 #include "agent_impl.hpp"
-#include "ddprun/clock.hpp"
-#include "ddprun/logging.hpp"
+#include "ddprun/base/clock.hpp"
+#include "ddprun/base/logging.hpp"
 
 namespace ddprun {
 

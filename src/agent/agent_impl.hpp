@@ -16,14 +16,14 @@
 #include <thread>
 #include <vector>
 
-#include "ddprun/agent.hpp"
-#include "ddprun/event_log.hpp"
-#include "ddprun/hang_monitor.hpp"
-#include "ddprun/lifeline.hpp"
-#include "ddprun/ports.hpp"
-#include "ddprun/signal_reader.hpp"
-#include "ddprun/signals.hpp"
-#include "ddprun/stacks.hpp"
+#include "ddprun/agent/agent.hpp"
+#include "ddprun/base/ports.hpp"
+#include "ddprun/base/signal_reader.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/events/event_log.hpp"
+#include "ddprun/fanout/lifeline.hpp"
+#include "ddprun/hang/hang_monitor.hpp"
+#include "ddprun/hang/stacks.hpp"
 
 namespace ddprun {
 

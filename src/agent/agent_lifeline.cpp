@@ -13,7 +13,7 @@
 #include <system_error>
 
 #include "agent_impl.hpp"
-#include "ddprun/logging.hpp"
+#include "ddprun/base/logging.hpp"
 
 namespace ddprun {
 

@@ -9,8 +9,8 @@
 #include <algorithm>
 
 #include "agent_impl.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/process_tree.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/process_tree.hpp"
 
 namespace ddprun {
 

@@ -1,7 +1,7 @@
 // DT_NEEDED and the run path of an ELF file, and the loader's search for each
 // name (see elf_dependencies.hpp). Reads only headers and the dynamic section:
 // --version must stay as fast as the rest of ddprun's start.
-#include "ddprun/elf_dependencies.hpp"
+#include "ddprun/base/elf_dependencies.hpp"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <optional>
 #include <string_view>
 
-#include "ddprun/fd.hpp"
+#include "ddprun/base/fd.hpp"
 
 namespace ddprun {
 namespace {

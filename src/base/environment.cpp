@@ -1,12 +1,12 @@
 // The process environment as a map (see environment.hpp), and the one-line
 // error of a failed syscall (error.hpp).
-#include "ddprun/environment.hpp"
+#include "ddprun/base/environment.hpp"
 
 #include <cerrno>
 #include <cstring>
 #include <string_view>
 
-#include "ddprun/error.hpp"
+#include "ddprun/base/error.hpp"
 
 namespace ddprun {
 

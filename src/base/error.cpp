@@ -1,5 +1,5 @@
 // What an escaped exception means (see error.hpp).
-#include "ddprun/error.hpp"
+#include "ddprun/base/error.hpp"
 
 #include <cerrno>
 #include <stdexcept>

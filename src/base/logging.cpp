@@ -1,5 +1,5 @@
 // spdlog set up for ddprun's own one-line messages (see logging.hpp).
-#include "ddprun/logging.hpp"
+#include "ddprun/base/logging.hpp"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>

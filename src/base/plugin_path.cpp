@@ -1,5 +1,5 @@
 // Finding the plugins (see plugin_path.hpp).
-#include "ddprun/plugin_path.hpp"
+#include "ddprun/base/plugin_path.hpp"
 
 #include <dlfcn.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // Free-port reservation (see ports.hpp).
-#include "ddprun/ports.hpp"
+#include "ddprun/base/ports.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun {
 

@@ -1,7 +1,7 @@
 // The prefix template of worker output lines (see prefix_template.hpp): one
 // walk over the template serves both the check at the command line and the
 // expansion, so the two can never disagree on what a placeholder is.
-#include "ddprun/prefix_template.hpp"
+#include "ddprun/base/prefix_template.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,5 +1,5 @@
 // Subreaper housekeeping (see process_tree.hpp).
-#include "ddprun/process_tree.hpp"
+#include "ddprun/base/process_tree.hpp"
 
 #include <dirent.h>
 #include <signal.h>
@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun {
 

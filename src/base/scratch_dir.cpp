@@ -1,5 +1,5 @@
 // Scratch directories (see scratch_dir.hpp).
-#include "ddprun/scratch_dir.hpp"
+#include "ddprun/base/scratch_dir.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/fd.hpp"
+#include "ddprun/base/fd.hpp"
 
 namespace fs = std::filesystem;
 

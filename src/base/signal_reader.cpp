@@ -1,5 +1,5 @@
 // Signals as events of the agent's loop (see signal_reader.hpp).
-#include "ddprun/signal_reader.hpp"
+#include "ddprun/base/signal_reader.hpp"
 
 #include <fstream>
 
@@ -14,7 +14,7 @@
 #include <cerrno>
 #include <system_error>
 
-#include "ddprun/signals.hpp"
+#include "ddprun/base/signals.hpp"
 
 namespace asio = boost::asio;
 

@@ -1,5 +1,5 @@
 // Signal names and masks (see signals.hpp).
-#include "ddprun/signals.hpp"
+#include "ddprun/base/signals.hpp"
 
 #include <fmt/format.h>
 #include <pthread.h>

@@ -11,8 +11,8 @@
 // variables say, see scheduler_env.hpp) and validates every value with the
 // parsers of cli_values.cpp. Pure: the environment comes in as a map.
 
-#include "ddprun/cli.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/cli/cli.hpp"
+#include "ddprun/base/text.hpp"
 
 #include <fmt/format.h>
 
@@ -28,8 +28,8 @@
 
 #include "cli_options.hpp"
 #include "cli_values.hpp"
-#include "ddprun/fan_out.hpp"
-#include "ddprun/scheduler_env.hpp"
+#include "ddprun/fanout/fan_out.hpp"
+#include "ddprun/scheduler/scheduler_env.hpp"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "unknown"

@@ -16,8 +16,8 @@
 #include <utility>
 
 #include "cli_values.hpp"
-#include "ddprun/exit_codes.hpp"
-#include "ddprun/signals.hpp"
+#include "ddprun/base/exit_codes.hpp"
+#include "ddprun/base/signals.hpp"
 
 namespace ddprun::cli {
 namespace {

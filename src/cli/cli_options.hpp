@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/cli.hpp"
+#include "ddprun/cli/cli.hpp"
 
 namespace ddprun::cli {
 

@@ -20,9 +20,9 @@
 #include <csignal>
 #include <iterator>
 
-#include "ddprun/prefix_template.hpp"
-#include "ddprun/signals.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/prefix_template.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun::cli {
 namespace {

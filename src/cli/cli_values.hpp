@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/cli.hpp"
-#include "ddprun/config.hpp"
+#include "ddprun/cli/cli.hpp"
+#include "ddprun/config/config.hpp"
 
 namespace ddprun::cli {
 

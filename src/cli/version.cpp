@@ -1,7 +1,7 @@
 // --version (see version.hpp). The commit comes from a header that CMake
 // rewrites only when the commit changes (cmake/GitCommit.cmake), so a new
 // commit recompiles this one file.
-#include "ddprun/version.hpp"
+#include "ddprun/cli/version.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,9 +9,9 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "ddprun/elf_dependencies.hpp"
-#include "ddprun/openssl_plugin.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/base/elf_dependencies.hpp"
+#include "ddprun/store/openssl_plugin.hpp"
+#include "ddprun/store/store.hpp"
 #include "ddprun_git_commit.hpp"
 
 #ifndef DDPRUN_VERSION

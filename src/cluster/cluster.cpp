@@ -1,5 +1,5 @@
 // Which cluster a job's agents meet in (see cluster.hpp).
-#include "ddprun/cluster.hpp"
+#include "ddprun/cluster/cluster.hpp"
 
 namespace ddprun {
 

@@ -1,15 +1,15 @@
 // The agent's link to the other nodes (see coordinator.hpp).
-#include "ddprun/coordinator.hpp"
+#include "ddprun/cluster/coordinator.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include "ddprun/clock.hpp"
-#include "ddprun/etcd_liveness.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/signed_store.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/clock.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/rendezvous/etcd_liveness.hpp"
+#include "ddprun/store/signed_store.hpp"
 
 #include <cstdio>
 

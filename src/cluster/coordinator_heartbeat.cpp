@@ -8,12 +8,12 @@
 
 #include <cstdio>
 
-#include "ddprun/clock.hpp"
-#include "ddprun/coordinator.hpp"
-#include "ddprun/etcd_liveness.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/signed_store.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/clock.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/cluster/coordinator.hpp"
+#include "ddprun/rendezvous/etcd_liveness.hpp"
+#include "ddprun/store/signed_store.hpp"
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;

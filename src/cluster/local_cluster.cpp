@@ -3,7 +3,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include "ddprun/cluster.hpp"
+#include "ddprun/cluster/cluster.hpp"
 
 namespace asio = boost::asio;
 

@@ -11,12 +11,12 @@
 #include <optional>
 #include <thread>
 
-#include "ddprun/cluster.hpp"
-#include "ddprun/coordinator.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/ports.hpp"
-#include "ddprun/signals.hpp"
-#include "ddprun/worker_group.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/ports.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/cluster/cluster.hpp"
+#include "ddprun/cluster/coordinator.hpp"
+#include "ddprun/workers/worker_group.hpp"
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;

@@ -2,7 +2,7 @@
 // them in the child between fork and exec (see binding.hpp). The child side is
 // two raw syscalls on masks built beforehand: nothing that allocates may run
 // there.
-#include "ddprun/binding.hpp"
+#include "ddprun/devices/binding.hpp"
 
 #include <fmt/format.h>
 #include <linux/mempolicy.h>

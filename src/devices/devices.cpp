@@ -1,7 +1,7 @@
 // Finds the devices workers are given (see devices.hpp). NVML is dlopen'ed
 // (never linked) and /proc is plain text, so ddprun starts on any machine and
 // needs no CUDA at build time.
-#include "ddprun/devices.hpp"
+#include "ddprun/devices/devices.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -11,8 +11,8 @@
 #include <system_error>
 #include <thread>
 
-#include "ddprun/text.hpp"
-#include "ddprun/topology.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/devices/topology.hpp"
 
 namespace ddprun {
 namespace {

@@ -1,14 +1,14 @@
 // Queries NVML through dlopen (see nvml.hpp). Only the handful of entry points
 // ddprun needs are declared here, with the layouts of NVIDIA's nvml.h, so the
 // build needs no CUDA headers.
-#include "ddprun/nvml.hpp"
+#include "ddprun/devices/nvml.hpp"
 
 #include <dlfcn.h>
 
 #include <cstring>
 #include <memory>
 
-#include "ddprun/topology.hpp"
+#include "ddprun/devices/topology.hpp"
 
 namespace ddprun {
 namespace {

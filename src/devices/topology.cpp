@@ -1,8 +1,8 @@
 // Reads the CPU and NUMA topology from sysfs (see topology.hpp). No libnuma
 // or hwloc: the few files needed are plain text, and a fake tree in a temp dir
 // is then all a test needs to be any machine.
-#include "ddprun/topology.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/devices/topology.hpp"
+#include "ddprun/base/text.hpp"
 
 #include <fmt/format.h>
 #include <sched.h>

@@ -1,7 +1,7 @@
 // Elastic jobs over a Store (see elastic.hpp): the agents' side and the
 // leader's thread. What the leader decides is MembershipPlanner's; this file
 // only moves events, answers and records between it and the store.
-#include "ddprun/elastic.hpp"
+#include "ddprun/elastic/elastic.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -12,11 +12,11 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/config.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/signed_store.hpp"
-#include "ddprun/text.hpp"
-#include "records_internal.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/config/config.hpp"
+#include "ddprun/store/signed_store.hpp"
+#include "records/records_internal.hpp"
 
 namespace ddprun {
 

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "record_json.hpp"
-#include "records_internal.hpp"
+#include "records/record_json.hpp"
+#include "records/records_internal.hpp"
 
 namespace ddprun::detail {
 

@@ -1,13 +1,13 @@
 // The leader's decisions in an elastic job (see membership.hpp).
-#include "ddprun/membership.hpp"
+#include "ddprun/elastic/membership.hpp"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "ddprun/config.hpp"
-#include "ddprun/exit_codes.hpp"
-#include "records_internal.hpp"
+#include "ddprun/base/exit_codes.hpp"
+#include "ddprun/config/config.hpp"
+#include "records/records_internal.hpp"
 
 namespace ddprun {
 

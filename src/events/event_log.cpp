@@ -1,7 +1,7 @@
 // The event log's line format and its one writer (event_log.hpp). The
 // builders only turn what the agent knows into fields; docs/events.md says
 // what each field means, and the unit tests hold the two together.
-#include "ddprun/event_log.hpp"
+#include "ddprun/events/event_log.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/logging.hpp"
-#include "ddprun/signals.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/signals.hpp"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "unknown"

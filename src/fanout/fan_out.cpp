@@ -1,6 +1,6 @@
 // The pure part of `ddprun --hosts` (fan_out.hpp): each host's command line,
 // the environment the agents get, and what the hosts' answers mean.
-#include "ddprun/fan_out.hpp"
+#include "ddprun/fanout/fan_out.hpp"
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include <map>
 #include <optional>
 
-#include "ddprun/exit_codes.hpp"
-#include "ddprun/job_secret.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/exit_codes.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/fanout/job_secret.hpp"
 
 namespace ddprun {
 namespace {

@@ -27,17 +27,17 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/exit_codes.hpp"
-#include "ddprun/fan_out.hpp"
-#include "ddprun/fd.hpp"
-#include "ddprun/job_secret.hpp"
-#include "ddprun/line_splitter.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/process_tree.hpp"
-#include "ddprun/program.hpp"
-#include "ddprun/signal_reader.hpp"
-#include "ddprun/signals.hpp"
-#include "ddprun/signed_store.hpp"
+#include "ddprun/base/exit_codes.hpp"
+#include "ddprun/base/fd.hpp"
+#include "ddprun/base/line_splitter.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/process_tree.hpp"
+#include "ddprun/base/signal_reader.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/fanout/fan_out.hpp"
+#include "ddprun/fanout/job_secret.hpp"
+#include "ddprun/store/signed_store.hpp"
+#include "ddprun/workers/program.hpp"
 
 namespace ddprun {
 namespace {

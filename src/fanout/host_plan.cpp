@@ -4,7 +4,7 @@
 // that holds it, not start a job on the wrong machines or with the wrong
 // number of workers.
 
-#include "ddprun/host_plan.hpp"
+#include "ddprun/fanout/host_plan.hpp"
 
 #include <fmt/format.h>
 
@@ -12,8 +12,8 @@
 #include <cctype>
 #include <map>
 
-#include "ddprun/hostlist.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/scheduler/hostlist.hpp"
 
 namespace ddprun {
 namespace {

@@ -1,5 +1,5 @@
 // Where an agent's job secret comes from (see job_secret.hpp).
-#include "ddprun/job_secret.hpp"
+#include "ddprun/fanout/job_secret.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,9 +16,9 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/fd.hpp"
-#include "ddprun/lifeline.hpp"
-#include "ddprun/signed_store.hpp"
+#include "ddprun/base/fd.hpp"
+#include "ddprun/fanout/lifeline.hpp"
+#include "ddprun/store/signed_store.hpp"
 
 namespace ddprun {
 namespace {

@@ -1,12 +1,12 @@
 // The lifeline's protocol (see lifeline.hpp): lines in, messages out.
-#include "ddprun/lifeline.hpp"
+#include "ddprun/fanout/lifeline.hpp"
 
 #include <algorithm>
 #include <cctype>
 
 #include <fmt/format.h>
 
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun {
 namespace {

@@ -2,7 +2,7 @@
 // torch's own server is a thread that polls the FIFO every 0.1 s; here the
 // FIFO's read end waits on the loop and one steady_timer is armed for the
 // earliest expiration, so an idle watchdog costs nothing.
-#include "ddprun/file_timer.hpp"
+#include "ddprun/hang/file_timer.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -20,11 +20,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/fd.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/process_tree.hpp"
-#include "ddprun/signals.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/fd.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/process_tree.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace asio = boost::asio;
 

@@ -1,5 +1,5 @@
 // Parsing torch's FileTimer requests and the timer rules (see file_timer_table.hpp).
-#include "ddprun/file_timer_table.hpp"
+#include "ddprun/hang/file_timer_table.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun {
 namespace {

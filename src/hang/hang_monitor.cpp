@@ -1,5 +1,5 @@
 // Which ranks are hung, and the job-wide picture in one line (hang_monitor.hpp).
-#include "ddprun/hang_monitor.hpp"
+#include "ddprun/hang/hang_monitor.hpp"
 
 #include <algorithm>
 #include <map>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "records_internal.hpp"
+#include "records/records_internal.hpp"
 
 namespace ddprun {
 

@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "ddprun/stacks.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/hang/stacks.hpp"
 
 namespace ddprun {
 namespace {

@@ -1,5 +1,5 @@
 // The progress channel's two ends and how ddprun looks at it (progress.hpp).
-#include "ddprun/progress.hpp"
+#include "ddprun/hang/progress.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun {
 

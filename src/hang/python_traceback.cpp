@@ -24,8 +24,8 @@
 #include <optional>
 #include <string>
 
-#include "ddprun/stacks.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/hang/stacks.hpp"
 
 namespace ddprun {
 namespace {

@@ -28,10 +28,10 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/fd.hpp"
-#include "ddprun/process_tree.hpp"
-#include "ddprun/stacks.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/fd.hpp"
+#include "ddprun/base/process_tree.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/hang/stacks.hpp"
 
 extern char** environ;
 

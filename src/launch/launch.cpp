@@ -1,5 +1,5 @@
 // Preparing and running one node's part of the job (see launch.hpp).
-#include "ddprun/launch.hpp"
+#include "ddprun/launch/launch.hpp"
 
 #include <unistd.h>
 
@@ -8,18 +8,18 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ddprun/agent.hpp"
-#include "ddprun/devices.hpp"
-#include "ddprun/etcd_client.hpp"
-#include "ddprun/fan_out.hpp"
-#include "ddprun/job_secret.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/ports.hpp"
-#include "ddprun/program.hpp"
-#include "ddprun/rank_plan.hpp"
-#include "ddprun/scheduler_env.hpp"
-#include "ddprun/scratch_dir.hpp"
-#include "ddprun/supervisor.hpp"
+#include "ddprun/agent/agent.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/ports.hpp"
+#include "ddprun/base/scratch_dir.hpp"
+#include "ddprun/devices/devices.hpp"
+#include "ddprun/fanout/fan_out.hpp"
+#include "ddprun/fanout/job_secret.hpp"
+#include "ddprun/launch/supervisor.hpp"
+#include "ddprun/plan/rank_plan.hpp"
+#include "ddprun/scheduler/scheduler_env.hpp"
+#include "ddprun/store/etcd_client.hpp"
+#include "ddprun/workers/program.hpp"
 
 namespace fs = std::filesystem;
 

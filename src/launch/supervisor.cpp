@@ -1,6 +1,6 @@
 // ddprun's top process (see supervisor.hpp). Like tini: block signals, wait
 // for them synchronously, forward, reap, exit with the child's code.
-#include "ddprun/supervisor.hpp"
+#include "ddprun/launch/supervisor.hpp"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,11 +13,11 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/error.hpp"
-#include "ddprun/exit_codes.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/process_tree.hpp"
-#include "ddprun/signals.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/base/exit_codes.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/process_tree.hpp"
+#include "ddprun/base/signals.hpp"
 
 namespace ddprun {
 namespace {

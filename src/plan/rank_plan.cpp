@@ -1,12 +1,12 @@
 // The rank plan (see rank_plan.hpp): pure arithmetic and environment
 // construction, so that every rule of the worker contract is unit-tested.
-#include "ddprun/rank_plan.hpp"
+#include "ddprun/plan/rank_plan.hpp"
 
 #include <fmt/format.h>
 
-#include "ddprun/hang_monitor.hpp"
-#include "ddprun/signals.hpp"
-#include "ddprun/topology.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/devices/topology.hpp"
+#include "ddprun/hang/hang_monitor.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,7 +1,7 @@
 // Reading the records' untrusted JSON (see record_json.hpp).
 #include "record_json.hpp"
 
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 #include "records_internal.hpp"
 
 namespace ddprun::detail {

@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/records.hpp"
+#include "ddprun/records/records.hpp"
 
 namespace ddprun::detail {
 

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/config.hpp"
+#include "ddprun/config/config.hpp"
 #include "record_json.hpp"
 #include "records_internal.hpp"
 

@@ -3,7 +3,7 @@
 // and read. Anything read from the store may have been written by another
 // version, a stray client or by hand, so it is parsed as untrusted text
 // (record_json.hpp); the messages about it are worded in record_messages.cpp.
-#include "ddprun/records.hpp"
+#include "ddprun/records/records.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ddprun/config.hpp"
+#include "ddprun/config/config.hpp"
 #include "record_json.hpp"
 #include "records_internal.hpp"
 

@@ -12,8 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/hang_monitor.hpp"
-#include "ddprun/records.hpp"
+#include "ddprun/records/records.hpp"
 
 namespace ddprun::detail {
 

@@ -1,13 +1,13 @@
 // An agent's liveness through an etcd lease (see etcd_liveness.hpp).
-#include "ddprun/etcd_liveness.hpp"
+#include "ddprun/rendezvous/etcd_liveness.hpp"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddprun/signed_store.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/store/signed_store.hpp"
 
 namespace ddprun {
 

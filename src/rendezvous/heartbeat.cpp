@@ -1,7 +1,7 @@
 // HeartbeatMonitor (see heartbeat.hpp): a node is alive while its reading
 // changes; the sequence numbers are compared, never their size, so an agent
 // that restarts its count still counts as beating.
-#include "ddprun/heartbeat.hpp"
+#include "ddprun/rendezvous/heartbeat.hpp"
 
 namespace ddprun {
 

@@ -7,7 +7,7 @@
 //    whole membership (or why the round failed) as one record that everyone
 //    waits for and reads with one get.
 // What each record holds, and how it is written and read, is in records.cpp.
-#include "ddprun/rendezvous.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
 
 #include <unistd.h>
 
@@ -17,10 +17,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddprun/config.hpp"
-#include "ddprun/signed_store.hpp"
-#include "ddprun/text.hpp"
-#include "records_internal.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/config/config.hpp"
+#include "ddprun/store/signed_store.hpp"
+#include "records/records_internal.hpp"
 
 namespace ddprun {
 

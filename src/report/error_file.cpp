@@ -2,7 +2,7 @@
 // error_file.hpp). The file is the worker's: it may be missing, half written,
 // malformed, huge, nested without end or a FIFO, and none of that may crash or
 // hang the agent, which reads it while the job is ending.
-#include "ddprun/error_file.hpp"
+#include "ddprun/report/error_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ddprun/fd.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/fd.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun {
 

@@ -1,7 +1,7 @@
 // The table behind known_error_fix (known_errors.hpp). Each entry is a text
 // that appears in the error verbatim, in every torch version that prints it,
 // and the one fix that is right whenever it does.
-#include "ddprun/known_errors.hpp"
+#include "ddprun/report/known_errors.hpp"
 
 #include <array>
 

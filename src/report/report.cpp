@@ -2,11 +2,11 @@
 // Worker-provided text (error messages, stderr) is untrusted here: it may be
 // huge or full of terminal escapes, and none of that may garble the user's
 // terminal.
-#include "ddprun/report.hpp"
+#include "ddprun/report/report.hpp"
 
-#include "ddprun/exit_codes.hpp"
-#include "ddprun/known_errors.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/exit_codes.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/report/known_errors.hpp"
 
 #include <algorithm>
 #include <csignal>

@@ -1,5 +1,5 @@
 // A failed round's report (see round_report.hpp).
-#include "ddprun/round_report.hpp"
+#include "ddprun/report/round_report.hpp"
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 // rendezvous that never comes. So the grammar is parsed strictly: anything
 // Slurm would not write is refused with its position instead of guessed at.
 
-#include "ddprun/hostlist.hpp"
+#include "ddprun/scheduler/hostlist.hpp"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include <cctype>
 #include <optional>
 
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun {
 namespace {

@@ -7,8 +7,8 @@
 // two ways to start ddprun wrongly under a scheduler (several copies per node;
 // a multi-node allocation's batch script) are refused with the fix.
 
-#include "ddprun/scheduler_env.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/scheduler/scheduler_env.hpp"
+#include "ddprun/base/text.hpp"
 
 #include <arpa/inet.h>
 
@@ -21,8 +21,8 @@
 #include <string_view>
 #include <utility>
 
-#include "ddprun/devices.hpp"
-#include "ddprun/hostlist.hpp"
+#include "ddprun/devices/devices.hpp"
+#include "ddprun/scheduler/hostlist.hpp"
 
 namespace ddprun {
 namespace {

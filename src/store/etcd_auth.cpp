@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddprun/etcd_client.hpp"
-#include "ddprun/openssl_plugin.hpp"
+#include "ddprun/store/etcd_client.hpp"
+#include "ddprun/store/openssl_plugin.hpp"
 #include "etcd_answers.hpp"
 
 namespace ddprun {

@@ -1,14 +1,14 @@
 // Calls to etcd's v3 JSON gateway (see etcd_client.hpp); the HTTP(S) itself
 // is the OpenSSL plugin's EtcdTransport (openssl_plugin.hpp).
-#include "ddprun/etcd_client.hpp"
+#include "ddprun/store/etcd_client.hpp"
 
 #include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
 
-#include "ddprun/openssl_plugin.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/store/openssl_plugin.hpp"
 #include "etcd_answers.hpp"
 
 namespace ddprun {

@@ -26,7 +26,7 @@
 //    old way (retried, but not on the rendezvous' path), and says when it is
 //    not a number. compare_set() compares K itself only: nothing compares and
 //    sets a counter.
-#include "ddprun/etcd_store.hpp"
+#include "ddprun/store/etcd_store.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -34,8 +34,8 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/etcd_client.hpp"
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
+#include "ddprun/store/etcd_client.hpp"
 
 namespace ddprun {
 

@@ -1,7 +1,7 @@
 // Loading libddprun_openssl.so on first use (see openssl_plugin.hpp).
-#include "ddprun/openssl_plugin.hpp"
+#include "ddprun/store/openssl_plugin.hpp"
 
-#include "ddprun/store.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace ddprun {
 

@@ -1,5 +1,5 @@
 // The job secret's guard over a Store (see signed_store.hpp).
-#include "ddprun/signed_store.hpp"
+#include "ddprun/store/signed_store.hpp"
 
 #include <cstdint>
 #include <mutex>
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddprun/openssl_plugin.hpp"
+#include "ddprun/store/openssl_plugin.hpp"
 
 namespace ddprun {
 namespace {

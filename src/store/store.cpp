@@ -1,7 +1,7 @@
 // The Store half that lives in libddprun: finding and loading the TCPStore
 // plugin on demand (ddprun never links libtorch, so a single-node run never
 // pays its load time or memory).
-#include "ddprun/store.hpp"
+#include "ddprun/store/store.hpp"
 
 #include <array>
 #include <fstream>

@@ -9,7 +9,7 @@
 // rather than with async_read_some: then no bytes ever sit inside Asio in a
 // completed-but-not-yet-dispatched read, and drain_and_close_all() can read
 // every pipe to the end without losing or reordering anything.
-#include "ddprun/log_mux.hpp"
+#include "ddprun/workers/log_mux.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -30,9 +30,9 @@
 #include <map>
 #include <string_view>
 
-#include "ddprun/line_splitter.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/stderr_tail.hpp"
+#include "ddprun/base/line_splitter.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/workers/stderr_tail.hpp"
 
 namespace ddprun {
 

@@ -1,5 +1,5 @@
 // Resolves the worker program before anything is started (see program.hpp).
-#include "ddprun/program.hpp"
+#include "ddprun/workers/program.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <optional>
 
-#include "ddprun/exit_codes.hpp"
+#include "ddprun/base/exit_codes.hpp"
 
 namespace ddprun {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/stacks.hpp"
+#include "ddprun/hang/stacks.hpp"
 
 namespace ddprun {
 

@@ -8,7 +8,7 @@
 // child borrows the agent's memory and stack until it execs, and the agent
 // waits for that, so the child may only make system calls; argv and the
 // environment are built before.
-#include "ddprun/spawn.hpp"
+#include "ddprun/workers/spawn.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -20,10 +20,10 @@
 #include <cstring>
 #include <system_error>
 
-#include "ddprun/binding.hpp"
-#include "ddprun/exit_codes.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/signals.hpp"
+#include "ddprun/base/exit_codes.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/devices/binding.hpp"
 
 namespace ddprun {
 namespace {

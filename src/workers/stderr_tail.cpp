@@ -1,7 +1,7 @@
 // The last lines of a worker's stderr (see stderr_tail.hpp). On LogMux's hot
 // path: a chunk of many lines is scanned from its end, and only the lines that
 // can survive in the ring are copied.
-#include "ddprun/stderr_tail.hpp"
+#include "ddprun/workers/stderr_tail.hpp"
 
 #include <algorithm>
 

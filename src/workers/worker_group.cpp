@@ -1,5 +1,5 @@
 // One round's workers on this node (see worker_group.hpp).
-#include "ddprun/worker_group.hpp"
+#include "ddprun/workers/worker_group.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -12,13 +12,13 @@
 #include <cstring>
 #include <filesystem>
 
-#include "ddprun/fd.hpp"
-#include "ddprun/file_timer.hpp"
-#include "ddprun/log_mux.hpp"
-#include "ddprun/logging.hpp"
-#include "ddprun/process_tree.hpp"
-#include "ddprun/progress.hpp"
-#include "ddprun/spawn.hpp"
+#include "ddprun/base/fd.hpp"
+#include "ddprun/base/logging.hpp"
+#include "ddprun/base/process_tree.hpp"
+#include "ddprun/hang/file_timer.hpp"
+#include "ddprun/hang/progress.hpp"
+#include "ddprun/workers/log_mux.hpp"
+#include "ddprun/workers/spawn.hpp"
 
 namespace asio = boost::asio;
 namespace fs = std::filesystem;

@@ -22,19 +22,19 @@
 #include <utility>
 #include <vector>
 
-#include "ddprun/cli.hpp"
-#include "ddprun/error_file.hpp"
-#include "ddprun/exit_codes.hpp"
-#include "ddprun/fan_out.hpp"
-#include "ddprun/file_timer_table.hpp"
-#include "ddprun/host_plan.hpp"
-#include "ddprun/hostlist.hpp"
-#include "ddprun/rendezvous.hpp"
-#include "ddprun/signed_store.hpp"
+#include "ddprun/base/exit_codes.hpp"
+#include "ddprun/cli/cli.hpp"
+#include "ddprun/fanout/fan_out.hpp"
+#include "ddprun/fanout/host_plan.hpp"
+#include "ddprun/hang/file_timer_table.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/report/error_file.hpp"
+#include "ddprun/scheduler/hostlist.hpp"
+#include "ddprun/store/signed_store.hpp"
 // The elastic protocol's own records (the event queue, the answers) are not
 // public: the fuzz targets see src/ for them.
-#include "ddprun/hang_monitor.hpp"
-#include "records_internal.hpp"
+#include "ddprun/hang/hang_monitor.hpp"
+#include "records/records_internal.hpp"
 
 namespace ddprun_fuzz {
 

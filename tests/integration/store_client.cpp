@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/store.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "ddprun/etcd_client.hpp"
-#include "ddprun/etcd_store.hpp"
+#include "ddprun/store/etcd_client.hpp"
+#include "ddprun/store/etcd_store.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
 #include "support/etcd_server.hpp"

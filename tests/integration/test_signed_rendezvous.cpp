@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "ddprun/etcd_store.hpp"
+#include "ddprun/store/etcd_store.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
 

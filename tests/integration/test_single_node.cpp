@@ -17,7 +17,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
-#include "ddprun/elf_dependencies.hpp"
+#include "ddprun/base/elf_dependencies.hpp"
 #include "harness.hpp"
 
 namespace ddprun_it {

@@ -18,7 +18,7 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/etcd_client.hpp"
+#include "ddprun/store/etcd_client.hpp"
 #include "support/free_port.hpp"
 #include "support/service_process.hpp"
 

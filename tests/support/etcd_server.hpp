@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/etcd_client.hpp"
+#include "ddprun/store/etcd_client.hpp"
 
 namespace ddprun {
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 
 namespace ddprun {
 namespace {

@@ -8,9 +8,9 @@
 #include <functional>
 #include <memory>
 
-#include "ddprun/cluster.hpp"
-#include "ddprun/launch.hpp"
-#include "ddprun/worker_group.hpp"
+#include "ddprun/cluster/cluster.hpp"
+#include "ddprun/plan/launch_context.hpp"
+#include "ddprun/workers/worker_group.hpp"
 
 namespace boost::asio {
 class io_context;

@@ -9,7 +9,7 @@
 #include <expected>
 #include <string>
 
-#include "ddprun/exit_codes.hpp"
+#include "ddprun/base/exit_codes.hpp"
 
 namespace ddprun {
 

@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "ddprun/error.hpp"
-#include "ddprun/fd.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/base/fd.hpp"
 
 namespace ddprun {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "ddprun/error.hpp"
+#include "ddprun/base/error.hpp"
 
 namespace ddprun {
 

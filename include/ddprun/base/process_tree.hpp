@@ -13,7 +13,7 @@
 #include <optional>
 #include <vector>
 
-#include "ddprun/error.hpp"
+#include "ddprun/base/error.hpp"
 
 namespace ddprun {
 

@@ -17,8 +17,8 @@
 #include <expected>
 #include <string>
 
-#include "ddprun/environment.hpp"
-#include "ddprun/error.hpp"
+#include "ddprun/base/environment.hpp"
+#include "ddprun/base/error.hpp"
 
 namespace ddprun {
 

@@ -13,11 +13,11 @@
 #include <memory>
 #include <string>
 
-#include "ddprun/error.hpp"
-#include "ddprun/hang_monitor.hpp"
-#include "ddprun/launch.hpp"
-#include "ddprun/rank_plan.hpp"
-#include "ddprun/records.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/hang/hang_monitor.hpp"
+#include "ddprun/plan/launch_context.hpp"
+#include "ddprun/plan/rank_plan.hpp"
+#include "ddprun/records/records.hpp"
 
 namespace boost::asio {
 class io_context;

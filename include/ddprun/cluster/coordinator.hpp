@@ -20,11 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "ddprun/elastic.hpp"
-#include "ddprun/etcd_liveness.hpp"
-#include "ddprun/etcd_store.hpp"
-#include "ddprun/rendezvous.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/elastic/elastic.hpp"
+#include "ddprun/rendezvous/etcd_liveness.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/store/etcd_store.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace boost::asio {
 class io_context;

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/config.hpp"
-#include "ddprun/topology.hpp"
+#include "ddprun/config/config.hpp"
+#include "ddprun/devices/topology.hpp"
 
 namespace ddprun {
 

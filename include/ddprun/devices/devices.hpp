@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/config.hpp"
-#include "ddprun/environment.hpp"
-#include "ddprun/error.hpp"
-#include "ddprun/nvml.hpp"
+#include "ddprun/base/environment.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/config/config.hpp"
+#include "ddprun/devices/nvml.hpp"
 
 namespace ddprun {
 

@@ -36,9 +36,9 @@
 #include <thread>
 #include <vector>
 
-#include "ddprun/membership.hpp"
-#include "ddprun/rendezvous.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/elastic/membership.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace ddprun {
 

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/records.hpp"
+#include "ddprun/records/records.hpp"
 
 namespace ddprun {
 

@@ -19,12 +19,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ddprun/fd.hpp"
-#include "ddprun/launch.hpp"
-#include "ddprun/rank_plan.hpp"
-#include "ddprun/records.hpp"
-#include "ddprun/report.hpp"
-#include "ddprun/worker_group.hpp"
+#include "ddprun/base/fd.hpp"
+#include "ddprun/plan/launch_context.hpp"
+#include "ddprun/plan/rank_plan.hpp"
+#include "ddprun/records/records.hpp"
+#include "ddprun/report/report.hpp"
+#include "ddprun/workers/worker_group.hpp"
 
 namespace ddprun {
 

@@ -29,9 +29,9 @@
 #include <utility>
 #include <vector>
 
-#include "ddprun/config.hpp"
-#include "ddprun/environment.hpp"
-#include "ddprun/host_plan.hpp"
+#include "ddprun/base/environment.hpp"
+#include "ddprun/config/config.hpp"
+#include "ddprun/fanout/host_plan.hpp"
 
 namespace ddprun {
 

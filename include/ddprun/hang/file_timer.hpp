@@ -22,9 +22,9 @@
 #include <optional>
 #include <string>
 
-#include "ddprun/environment.hpp"
-#include "ddprun/error.hpp"
-#include "ddprun/file_timer_table.hpp"
+#include "ddprun/base/environment.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/hang/file_timer_table.hpp"
 
 namespace boost::asio {
 class io_context;

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/error.hpp"
+#include "ddprun/base/error.hpp"
 
 namespace ddprun {
 

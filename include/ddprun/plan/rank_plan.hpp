@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "ddprun/binding.hpp"
-#include "ddprun/config.hpp"
-#include "ddprun/environment.hpp"
-#include "ddprun/error.hpp"
+#include "ddprun/base/environment.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/config/config.hpp"
+#include "ddprun/devices/binding.hpp"
 
 namespace ddprun {
 

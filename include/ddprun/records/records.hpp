@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/error.hpp"
+#include "ddprun/base/error.hpp"
 
 namespace ddprun {
 

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/etcd_client.hpp"
-#include "ddprun/etcd_store.hpp"
+#include "ddprun/store/etcd_client.hpp"
+#include "ddprun/store/etcd_store.hpp"
 
 namespace ddprun {
 

@@ -31,12 +31,12 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/exit_codes.hpp"
+#include "ddprun/base/exit_codes.hpp"
 // HeartbeatMonitor judges the readings read_heartbeats() returns; included so
 // that this header stays the one a user of the rendezvous needs.
-#include "ddprun/heartbeat.hpp"
-#include "ddprun/records.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/records/records.hpp"
+#include "ddprun/rendezvous/heartbeat.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace ddprun {
 

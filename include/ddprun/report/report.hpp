@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/error_file.hpp"
-#include "ddprun/signals.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/report/error_file.hpp"
 
 namespace ddprun {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/records.hpp"
-#include "ddprun/report.hpp"
+#include "ddprun/records/records.hpp"
+#include "ddprun/report/report.hpp"
 
 namespace ddprun {
 

@@ -46,9 +46,9 @@
 #include <string>
 #include <string_view>
 
-#include "ddprun/config.hpp"
-#include "ddprun/environment.hpp"
-#include "ddprun/error.hpp"
+#include "ddprun/base/environment.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/config/config.hpp"
 
 namespace ddprun {
 

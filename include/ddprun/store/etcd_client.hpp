@@ -38,8 +38,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ddprun/ports.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/base/ports.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace ddprun {
 

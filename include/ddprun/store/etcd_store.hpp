@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "ddprun/etcd_client.hpp"
-#include "ddprun/store.hpp"
+#include "ddprun/store/etcd_client.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace ddprun {
 

@@ -23,8 +23,8 @@
 #include <string>
 #include <string_view>
 
-#include "ddprun/etcd_client.hpp"
-#include "ddprun/plugin_path.hpp"
+#include "ddprun/base/plugin_path.hpp"
+#include "ddprun/store/etcd_client.hpp"
 
 namespace ddprun {
 

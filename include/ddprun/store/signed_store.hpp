@@ -31,7 +31,7 @@
 #include <string>
 #include <string_view>
 
-#include "ddprun/store.hpp"
+#include "ddprun/store/store.hpp"
 
 namespace ddprun {
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddprun/plugin_path.hpp"
+#include "ddprun/base/plugin_path.hpp"
 
 namespace ddprun {
 

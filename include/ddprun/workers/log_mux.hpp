@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/error.hpp"
-#include "ddprun/prefix_template.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/base/prefix_template.hpp"
 
 namespace boost::asio {
 class io_context;

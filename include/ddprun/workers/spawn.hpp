@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/config.hpp"
-#include "ddprun/environment.hpp"
-#include "ddprun/error.hpp"
-#include "ddprun/rank_plan.hpp"
+#include "ddprun/base/environment.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/config/config.hpp"
+#include "ddprun/plan/rank_plan.hpp"
 
 namespace ddprun {
 

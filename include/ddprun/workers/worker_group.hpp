@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/error.hpp"
-#include "ddprun/launch.hpp"
-#include "ddprun/rank_plan.hpp"
-#include "ddprun/report.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/plan/launch_context.hpp"
+#include "ddprun/plan/rank_plan.hpp"
+#include "ddprun/report/report.hpp"
 
 namespace boost::asio {
 class io_context;

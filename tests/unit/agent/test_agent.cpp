@@ -14,8 +14,8 @@
 #include <fstream>
 #include <optional>
 
-#include "ddprun/agent.hpp"
-#include "worker_fixture.hpp"
+#include "ddprun/agent/agent.hpp"
+#include "workers/worker_fixture.hpp"
 
 namespace ddprun {
 namespace {

@@ -2,7 +2,7 @@
 // plugin's ELF headers and searching as the loader does; these tests hold that
 // search to what the loader really does for this very test binary.
 
-#include "ddprun/elf_dependencies.hpp"
+#include "ddprun/base/elf_dependencies.hpp"
 
 #include <dlfcn.h>
 #include <link.h>

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/line_splitter.hpp"
+#include "ddprun/base/line_splitter.hpp"
 
 namespace ddprun {
 namespace {

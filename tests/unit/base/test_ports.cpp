@@ -1,5 +1,5 @@
 // Endpoints ("host:port", "[v6]:port") and free-port reservations.
-#include "ddprun/ports.hpp"
+#include "ddprun/base/ports.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The log prefix template: what each placeholder expands to, and that the
 // command line's check names the bad placeholder or brace.
-#include "ddprun/prefix_template.hpp"
+#include "ddprun/base/prefix_template.hpp"
 
 #include <gtest/gtest.h>
 

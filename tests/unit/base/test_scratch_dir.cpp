@@ -1,6 +1,6 @@
 // Scratch directories: made locked, removed without ever leaving one that has
 // lost its lock, and reclaimed from dead owners only.
-#include "ddprun/scratch_dir.hpp"
+#include "ddprun/base/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
 

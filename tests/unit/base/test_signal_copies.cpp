@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ddprun/signal_reader.hpp"
+#include "ddprun/base/signal_reader.hpp"
 
 namespace ddprun {
 namespace {

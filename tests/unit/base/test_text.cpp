@@ -1,7 +1,7 @@
 // The text helpers every parser of outside input goes through (text.hpp):
 // one trim, one integer parser, one yes/no parser. Their edges are the
 // parsers' edges, so they are pinned down here once.
-#include "ddprun/text.hpp"
+#include "ddprun/base/text.hpp"
 
 #include <gtest/gtest.h>
 

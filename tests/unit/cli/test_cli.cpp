@@ -2,8 +2,8 @@
 // accepted unchanged, the program's arguments must pass through untouched, and
 // every mistake must come back as one line that names the flag and the value.
 
-#include "ddprun/cli.hpp"
-#include "ddprun/scheduler_env.hpp"
+#include "ddprun/cli/cli.hpp"
+#include "ddprun/scheduler/scheduler_env.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

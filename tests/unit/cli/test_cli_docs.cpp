@@ -2,7 +2,7 @@
 // tests are what keeps them from drifting: every option, in every spelling,
 // must appear in each, and the closed sets of values must be offered.
 
-#include "cli_docs.hpp"
+#include "cli/cli_docs.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/exit_codes.hpp"
+#include "ddprun/base/exit_codes.hpp"
 
 namespace ddprun::cli {
 namespace {

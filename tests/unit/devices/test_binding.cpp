@@ -15,7 +15,7 @@
 #include <fstream>
 #include <string>
 
-#include "ddprun/binding.hpp"
+#include "ddprun/devices/binding.hpp"
 
 namespace ddprun {
 namespace {

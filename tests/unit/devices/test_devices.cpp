@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "../fake_nvml/fake_nvml_control.hpp"
-#include "ddprun/devices.hpp"
+#include "ddprun/devices/devices.hpp"
 
 namespace ddprun {
 namespace {

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "../fake_nvml/fake_nvml_control.hpp"
-#include "ddprun/nvml.hpp"
+#include "ddprun/devices/nvml.hpp"
 
 namespace ddprun {
 namespace {

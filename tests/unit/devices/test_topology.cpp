@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ddprun/binding.hpp"
+#include "ddprun/devices/binding.hpp"
 
 namespace ddprun {
 namespace {

@@ -3,7 +3,7 @@
 // the job's keys (garbage in the event queue, a hole in it, a malformed answer,
 // a fixed-size job's node 0) gives one clear line or is skipped, never a hang
 // or a crash.
-#include "ddprun/elastic.hpp"
+#include "ddprun/elastic/elastic.hpp"
 
 #include <chrono>
 #include <future>

@@ -2,7 +2,7 @@
 // clock by hand: when rounds form, who gets which node rank, what a newcomer,
 // a leave or a loss does to a running round, spares, the finishing job, the
 // join timeout, and the agents it refuses.
-#include "ddprun/membership.hpp"
+#include "ddprun/elastic/membership.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,7 @@
 // The event log's formatters (pure) and its writer on real files: the line
 // format docs/events.md promises, each event's fields, and that a log that
 // cannot be written never stops the job.
-#include "ddprun/event_log.hpp"
+#include "ddprun/events/event_log.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ddprun/cli.hpp"
+#include "ddprun/cli/cli.hpp"
 
 namespace ddprun {
 namespace {

@@ -3,7 +3,7 @@
 // checked here word by word (through a real sh), since a quoting mistake
 // would run another program than the user's on every host.
 
-#include "ddprun/fan_out.hpp"
+#include "ddprun/fanout/fan_out.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/exit_codes.hpp"
+#include "ddprun/base/exit_codes.hpp"
 
 namespace ddprun {
 namespace {

@@ -3,7 +3,7 @@
 // Every accepted form is checked here, and every refusal with its exact
 // message: a user fixes a hostfile from the line the message quotes.
 
-#include "ddprun/host_plan.hpp"
+#include "ddprun/fanout/host_plan.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The lifeline's protocol (lifeline.hpp): which lines are signals, how a bad
 // one is shown in its warning, and how the bytes of the link become lines,
 // however they are cut, with a bound on what one line may hold.
-#include "ddprun/lifeline.hpp"
+#include "ddprun/fanout/lifeline.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

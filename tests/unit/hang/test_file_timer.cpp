@@ -1,7 +1,7 @@
 // torch's FileTimer protocol (file_timer.hpp): the parser and the timer rules
 // table-driven, the server against a real FIFO and real child processes
 // (tests/fake_worker) that really get the signals.
-#include "ddprun/file_timer.hpp"
+#include "ddprun/hang/file_timer.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -25,8 +25,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "ddprun/fd.hpp"
-#include "worker_fixture.hpp"
+#include "ddprun/base/fd.hpp"
+#include "workers/worker_fixture.hpp"
 
 namespace ddprun {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "ddprun/hang_monitor.hpp"
-#include "ddprun/progress.hpp"
+#include "ddprun/hang/hang_monitor.hpp"
+#include "ddprun/hang/progress.hpp"
 
 namespace ddprun {
 namespace {

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "ddprun/stacks.hpp"
-#include "worker_fixture.hpp"
+#include "ddprun/hang/stacks.hpp"
+#include "workers/worker_fixture.hpp"
 
 extern char** environ;
 

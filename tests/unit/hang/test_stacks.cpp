@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "ddprun/stacks.hpp"
+#include "ddprun/hang/stacks.hpp"
 
 namespace ddprun {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "ddprun/rank_plan.hpp"
+#include "ddprun/plan/rank_plan.hpp"
 
 namespace ddprun {
 namespace {

@@ -4,7 +4,7 @@
 // come, that the first failure is the one every node reports, that whatever
 // garbage sits under our keys becomes a clear error, and that an agent's store
 // operations do not grow with the number of nodes.
-#include "ddprun/rendezvous.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
 
 #include <unistd.h>
 
@@ -30,7 +30,7 @@
 
 #include <fmt/format.h>
 
-#include "ddprun/rank_plan.hpp"
+#include "ddprun/plan/rank_plan.hpp"
 #include "support/free_port.hpp"
 #include "support/memory_store.hpp"
 

@@ -1,7 +1,7 @@
 // torch's error file, as @record writes it and as anything else might have
 // left it: every shape torch has used is read, and no file a worker can leave
 // behind (malformed, huge, nested, a FIFO, unreadable) throws or blocks.
-#include "ddprun/error_file.hpp"
+#include "ddprun/report/error_file.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

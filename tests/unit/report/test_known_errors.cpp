@@ -1,8 +1,8 @@
 // The known-error table: each entry is found in an error file's message or in
 // the stderr tail, as torch prints it, and nothing is added for errors it does
 // not know. The texts are torch's own (2.14's messages, copied from real runs).
-#include "ddprun/known_errors.hpp"
-#include "ddprun/report.hpp"
+#include "ddprun/report/known_errors.hpp"
+#include "ddprun/report/report.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // down which worker it blames, and that the box shows every field without
 // letting worker output garble the terminal. (The error files it quotes are
 // tested in test_error_file.cpp.)
-#include "ddprun/report.hpp"
-#include "ddprun/round_report.hpp"
+#include "ddprun/report/report.hpp"
+#include "ddprun/report/round_report.hpp"
 
 #include <algorithm>
 #include <chrono>

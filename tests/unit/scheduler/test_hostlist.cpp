@@ -3,7 +3,7 @@
 // never comes. Every form Slurm writes is checked here, and so is every
 // malformed one, which must be refused with its position rather than guessed.
 
-#include "ddprun/hostlist.hpp"
+#include "ddprun/scheduler/hostlist.hpp"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // is checked here against what it must (and must not) fill, and every way of
 // starting ddprun wrongly under a scheduler must be refused in one line.
 
-#include "ddprun/scheduler_env.hpp"
+#include "ddprun/scheduler/scheduler_env.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -2,15 +2,15 @@
 // (openssl_plugin.hpp): base64 and the secret's random bytes done without
 // OpenSSL, libcrypto loaded only by the first signed record or etcd client,
 // and a plugin that cannot be loaded said in one line.
-#include "ddprun/openssl_plugin.hpp"
+#include "ddprun/store/openssl_plugin.hpp"
 
 #include <set>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "ddprun/job_secret.hpp"
-#include "ddprun/signed_store.hpp"
+#include "ddprun/fanout/job_secret.hpp"
+#include "ddprun/store/signed_store.hpp"
 #include "support/memory_store.hpp"
 #include "support/self_process.hpp"
 

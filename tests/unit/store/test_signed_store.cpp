@@ -2,7 +2,7 @@
 // tampered, truncated, unsigned or wrongly signed record is refused naming its key,
 // and that agents whose secrets differ (or only one of which has one) fail the
 // join together, at once, with one line.
-#include "ddprun/signed_store.hpp"
+#include "ddprun/store/signed_store.hpp"
 
 #include <chrono>
 #include <string>
@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ddprun/rendezvous.hpp"
+#include "ddprun/rendezvous/rendezvous.hpp"
 #include "support/memory_store.hpp"
 
 namespace ddprun {

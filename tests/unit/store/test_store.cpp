@@ -4,7 +4,7 @@
 // the test starts (skipped, saying why, where etcd is not installed). The TCPStore
 // tests also pin down the c10d 1.13 quirks the plugin hides, the errors a user
 // sees, and that libtorch is not loaded before a store is opened.
-#include "ddprun/store.hpp"
+#include "ddprun/store/store.hpp"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -35,8 +35,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "ddprun/error.hpp"
-#include "ddprun/etcd_store.hpp"
+#include "ddprun/base/error.hpp"
+#include "ddprun/store/etcd_store.hpp"
 #include "support/etcd_server.hpp"
 #include "support/free_port.hpp"
 #include "support/memory_store.hpp"

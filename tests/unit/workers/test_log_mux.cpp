@@ -21,7 +21,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "ddprun/log_mux.hpp"
+#include "ddprun/workers/log_mux.hpp"
 #include "worker_fixture.hpp"
 
 namespace ddprun {

@@ -1,7 +1,7 @@
 // StderrTail: the lines of a worker's stderr the failure report quotes.
 // Chunks split lines anywhere (a pipe read ends where it ends), so every case
 // is also fed byte by byte and must come out the same.
-#include "ddprun/stderr_tail.hpp"
+#include "ddprun/workers/stderr_tail.hpp"
 
 #include <gtest/gtest.h>
 

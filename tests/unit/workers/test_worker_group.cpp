@@ -14,8 +14,8 @@
 #include <map>
 #include <optional>
 
-#include "ddprun/process_tree.hpp"
-#include "ddprun/signal_reader.hpp"
+#include "ddprun/base/process_tree.hpp"
+#include "ddprun/base/signal_reader.hpp"
 #include "worker_fixture.hpp"
 
 namespace ddprun {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "ddprun/launch.hpp"
-#include "ddprun/signals.hpp"
-#include "ddprun/worker_group.hpp"
+#include "ddprun/base/signals.hpp"
+#include "ddprun/plan/launch_context.hpp"
+#include "ddprun/workers/worker_group.hpp"
 
 namespace ddprun::testing {
 
