@@ -110,7 +110,7 @@ void Coordinator::lead(int lost_leader, std::vector<int> alive) {
     leader.lost_leader = lost_leader;
     leader.alive = std::move(alive);
     leader.on_untrusted = [this](std::string why) {
-        asio::post(m_io, [this, why = std::move(why)] {
+        reach_agent([this, why = std::move(why)] {
             if (m_on_lost) m_on_lost("the elastic job's leader stopped: " + why);
         });
     };
@@ -144,7 +144,8 @@ bool Coordinator::store_stalled() const {
     return m_abandoned || (done != 0 && steady_ms() - done > m_options.heartbeat_timeout.count());
 }
 
-Coordinator::~Coordinator() {
+bool Coordinator::settle() {
+    if (m_settled) return true;
     m_closing = true;
     m_wake.notify_all();
     {
@@ -154,23 +155,34 @@ Coordinator::~Coordinator() {
         if (m_entry) m_entry->cancel();
         if (m_watch_store) m_watch_store->cancel();
     }
-    if (store_stalled() && !threads_return(k_settle_bound)) {
-        // Threads blocked forever in a store call: abandon them with what they use; the
-        // agent's process exits right after this.
-        if (m_leader) {
-            m_leader->abandon();
-            (void)m_leader.release();
-        }
-        (void)m_ops_member.release();
-        (void)m_member.release();
-        if (m_heartbeat.joinable()) m_heartbeat.detach();
-        if (m_watcher.joinable()) m_watcher.detach();
-        (void)m_ops.release();
-        (void)m_ops_rendezvous.release();
-        (void)m_ops_store.release();
-        (void)m_rendezvous.release();
-        (void)m_store.release();
-        return;
+    if (!store_stalled() || threads_return(k_settle_bound)) return m_settled = true;
+    abandon();
+    if (m_leader) m_leader->abandon();
+    return false;
+}
+
+void Coordinator::abandon() {
+    std::lock_guard lock(m_reach_mutex);
+    m_abandoned = true;
+}
+
+void Coordinator::reach_agent(std::function<void()> handler) {
+    std::lock_guard lock(m_reach_mutex);
+    if (!m_abandoned) asio::post(m_io, std::move(handler));
+}
+
+void Coordinator::retire(std::unique_ptr<Coordinator> coordinator) {
+    if (coordinator && !coordinator->settle()) {
+        spdlog::debug("leaving the threads blocked in a store call to the process's exit");
+        (void)coordinator.release();
+    }
+}
+
+Coordinator::~Coordinator() {
+    // Owners retire() it; one that did not must not leave threads to a freed object.
+    if (!settle()) {
+        spdlog::critical("a Coordinator was destroyed under its blocked threads");
+        std::abort();
     }
     if (m_heartbeat.joinable()) m_heartbeat.join();
     stop_watcher();
@@ -220,7 +232,7 @@ void Coordinator::join(int round, int node_rank, int master_port, JoinDone done)
         me.agent_id = fmt::format("{}-{}", me.pid, m_agent);
         asio::post(*m_ops, [this, me, done = std::move(done)] {
             auto spare = [this](std::string line) {
-                asio::post(m_io, [this, line] {
+                reach_agent([this, line] {
                     if (m_on_spare) m_on_spare(line);
                 });
             };
@@ -230,7 +242,7 @@ void Coordinator::join(int round, int node_rank, int master_port, JoinDone done)
                 m_round_nnodes = static_cast<int>(result->nproc_per_node.size());
                 m_round = result->round;
             }
-            asio::post(m_io, [done, result = std::move(result)] { done(result); });
+            reach_agent([done, result = std::move(result)] { done(result); });
         });
         return;
     }
@@ -252,7 +264,7 @@ void Coordinator::join(int round, int node_rank, int master_port, JoinDone done)
                           exit_code::kRendezvous});
             }
         }
-        asio::post(m_io, [done, result = std::move(result)] { done(result); });
+        reach_agent([done, result = std::move(result)] { done(result); });
     });
 }
 
@@ -273,7 +285,7 @@ void Coordinator::watch_stop(int round, const StopHandler& on_stop) {
     try {
         store = m_store->clone();
     } catch (const StoreError& e) {
-        asio::post(m_io, [on_stop, lost = store_lost(e.what())] { on_stop(lost); });
+        reach_agent([on_stop, lost = store_lost(e.what())] { on_stop(lost); });
         return;
     }
     // A store whose wait can be cancelled (etcd) keeps one watch open for a heartbeat
@@ -292,7 +304,7 @@ void Coordinator::watch_stop(int round, const StopHandler& on_stop) {
             if (m_closing || m_watch_cancelled) return;
             continue;
         }
-        asio::post(m_io, [on_stop, event = std::move(event)] { on_stop(event); });
+        reach_agent([on_stop, event = std::move(event)] { on_stop(event); });
         return;
     }
 }
@@ -333,7 +345,7 @@ void Coordinator::share_progress(int round, int node_rank, std::vector<RankProgr
         } catch (const StoreError& e) {
             spdlog::debug("sharing the ranks' progress: {}", e.what());
         }
-        asio::post(m_io, [done = std::move(done), all = std::move(all)] { done(all); });
+        reach_agent([done = std::move(done), all = std::move(all)] { done(all); });
     });
 }
 
@@ -389,7 +401,7 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
         // waits out the store's timeout for the reply to the CANCEL_WAIT it sends when a
         // wait runs out. Abandoned with the rest (~Coordinator), whatever the clock says
         // then. A store that is gone (not frozen) fails the call at once: joined.
-        m_abandoned = true;
+        abandon();
         return;
     }
     stop_watcher();

@@ -85,7 +85,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
         StoreOptions client = m_options.store;
         store = m_store->clone();
     } catch (const StoreError& e) {
-        asio::post(m_io, [on_lost, msg = std::string(e.what())] { on_lost(msg); });
+        reach_agent([on_lost, msg = std::string(e.what())] { on_lost(msg); });
         return;
     }
     Rendezvous rendezvous(*store, m_options.run_id);
@@ -180,7 +180,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             } else if (m_on_kill && !kill_seen && store->check({rendezvous.key(round, "kill")}) &&
                        genuine_kill(*store, rendezvous.key(round, "kill"))) {
                 kill_seen = true;
-                asio::post(m_io, [this] { m_on_kill(); });
+                reach_agent([this] { m_on_kill(); });
             }
             if (m_on_signal && round >= 0) {
                 // Signals other agents broadcast since the last beat (--broadcast-signals).
@@ -217,7 +217,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                         continue;  // not ours to trust; never a reason to fail the job
                     if (origin == (elastic ? m_agent : node_rank))
                         continue;  // forwarded here already
-                    asio::post(m_io, [this, signal] { m_on_signal(signal); });
+                    reach_agent([this, signal] { m_on_signal(signal); });
                 }
             }
             if (liveness) {
@@ -254,7 +254,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     std::string msg = fmt::format(
                         "the store's host (node 0) stopped answering (no heartbeat for {} ms){}",
                         timeout.count(), k_store_host_is_vital);
-                    asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+                    reach_agent([on_lost, msg] { on_lost(msg); });
                 } else if (host || m_options.etcd) {
                     // On etcd node 0 is a node like any other: its loss is a node's loss.
                     rendezvous.publish_failure(
@@ -269,14 +269,14 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     std::string msg = fmt::format(
                         "the store's host (node 0) stopped answering (no heartbeat for {} ms)",
                         timeout.count());
-                    asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+                    reach_agent([on_lost, msg] { on_lost(msg); });
                 }
             }
         } catch (const StoreError& e) {
             if (m_closing && liveness) return;  // its etcd calls were cancelled: closing
             std::string msg = store_failure(e);
             if (elastic && !liveness) msg += k_store_host_is_vital;
-            asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+            reach_agent([on_lost, msg] { on_lost(msg); });
             return;
         }
         m_beat_done_ms = steady_ms();
@@ -305,7 +305,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             } catch (const StoreError& e) {
                 if (m_closing) return;  // cancelled: the agent is closing
                 std::string msg = store_failure(e);
-                asio::post(m_io, [on_lost, msg] { on_lost(msg); });
+                reach_agent([on_lost, msg] { on_lost(msg); });
                 return;
             }
             lock.lock();
@@ -350,7 +350,7 @@ void Coordinator::watch_leadership(EtcdLiveness& liveness, Store& store,
             if (auto agent = to_integer(name)) agents.push_back(static_cast<int>(*agent));
         spdlog::info("the agent that led the job (agent {}) is gone; this agent leads it now",
                      leader);
-        asio::post(m_io, [this, leader, agents] { lead(leader, agents); });
+        reach_agent([this, leader, agents] { lead(leader, agents); });
     }
     follow_leader(next);
 }

@@ -81,6 +81,7 @@ class StoreCluster final : public Cluster {
         }
         if (m_opener.joinable()) m_opener.detach();
         if (m_coordinator && m_joining) drop_join();
+        Coordinator::retire(std::move(m_coordinator));
     }
 
     // A join whose answer no longer matters. An elastic join ends at its next wait slice
@@ -288,10 +289,10 @@ void StoreCluster::open(Opened done) {
             status = std::unexpected(opened.error());
         } else if (auto mismatch = (*opened)->check_run_id()) {
             status = std::unexpected(*mismatch);
-            opened->reset();
+            Coordinator::retire(std::move(*opened));
         } else if (auto failed = (*opened)->arrive()) {
             status = std::unexpected(*failed);
-            opened->reset();
+            Coordinator::retire(std::move(*opened));
         }
         std::lock_guard lock(attempt->mutex);
         if (attempt->abandoned) {

@@ -149,7 +149,14 @@ class Coordinator {
     bool store_stalled() const;
     // The agent gave up waiting for a store call (e.g. a join to a listener that
     // never answers): treat the store as stalled from now on.
-    void abandon() { m_abandoned = true; }
+    void abandon();
+    // Ends `coordinator`: destroyed once its threads return, or, if one stays blocked in
+    // a store call past k_settle_bound, abandoned with its threads to the process's exit.
+    // Never freed under them: a call that returns late finds the object it uses still
+    // there, sees that it was abandoned, and its thread returns without reaching the
+    // agent. (Freeing it let a heartbeat whose call timed out just after the bound read
+    // the deleted Coordinator: SIGSEGV on a partitioned elastic node, found by CI.)
+    static void retire(std::unique_ptr<Coordinator> coordinator);
     // The join in progress (elastic) no longer matters: it returns at its next wait.
     void cancel_join() { m_join_cancelled = true; }
     void on_kill(std::function<void()> on_kill) { m_on_kill = std::move(on_kill); }
@@ -159,6 +166,11 @@ class Coordinator {
     // elastic leader) return within `bound`: the store's host is gone, its calls fail
     // at once (nothing to abandon), rather than frozen, where they block.
     bool threads_return(std::chrono::milliseconds bound);
+    // Asks the threads to return and waits for them (threads_return); false: abandoned.
+    bool settle();
+    // Runs `handler` on the agent's loop, unless the agent abandoned this Coordinator: what
+    // the handler reaches may be gone then. Every thread reaches the agent through this.
+    void reach_agent(std::function<void()> handler);
     Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store);
     void heartbeat_loop(int node_rank, LostHandler on_lost);
     void watch_stop(int round, const StopHandler& on_stop);  // the watcher thread's body
@@ -213,8 +225,10 @@ class Coordinator {
     // Elastic on etcd: who leads, and the revision at which that was learnt.
     std::atomic<int> m_followed_leader{-1};
     std::atomic<std::int64_t> m_leader_revision{0};
-    std::atomic<std::int64_t> m_beat_done_ms{0};
-    std::atomic<bool> m_abandoned{false};  // steady clock; 0: heartbeats not started
+    std::atomic<std::int64_t> m_beat_done_ms{0};  // steady clock; 0: heartbeats not started
+    std::atomic<bool> m_abandoned{false};
+    bool m_settled = false;    // its threads returned (settle()), main thread only
+    std::mutex m_reach_mutex;  // held by reach_agent() and abandon(): no post after it
     std::function<void()> m_on_kill;
     std::mutex m_mutex;
     std::condition_variable m_wake;
