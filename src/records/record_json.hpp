@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <expected>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -180,5 +181,11 @@ class FieldReader {
 // A node's record as JSON, for the records that carry one (records.cpp).
 nlohmann::json node_json(const NodeInfo& info);
 std::expected<NodeInfo, std::string> node_from(const nlohmann::json& object);
+// The job's fingerprint, in the records that carry one (the claims, the membership).
+void add_fingerprint(nlohmann::json& object, const Fingerprint& fingerprint);
+void read_fingerprint(FieldReader& read, Fingerprint& fingerprint);
+// Why a record read under `key` is not run `run_id`'s, if it is not.
+std::optional<std::string> other_run(const nlohmann::json& object, const std::string& key,
+                                     const std::string& run_id);
 
 }  // namespace ddprun::detail

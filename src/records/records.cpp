@@ -2,7 +2,8 @@
 // those only the protocol reads (records_internal.hpp): how each is written
 // and read. Anything read from the store may have been written by another
 // version, a stray client or by hand, so it is parsed as untrusted text
-// (record_json.hpp); the messages about it are worded in record_messages.cpp.
+// (record_json.hpp); the messages about it are worded in record_messages.cpp,
+// and the round's result (the membership) is in round_result.cpp.
 #include "ddprun/records/records.hpp"
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 
 namespace ddprun {
 
+using detail::add_fingerprint;
 using detail::FieldReader;
 using detail::k_max_int;
 using detail::k_max_message_bytes;
@@ -28,11 +30,12 @@ using detail::k_max_tail_lines;
 using detail::node_from;
 using detail::node_json;
 using detail::parse_object;
+using detail::read_fingerprint;
 using detail::string_field;
 using detail::truncated;
 using nlohmann::json;
 
-namespace {
+namespace detail {
 
 // ---------------------------------------------------------------------------
 // The records' fields
@@ -60,7 +63,7 @@ void read_fingerprint(FieldReader& read, Fingerprint& fingerprint) {
     read.text("version", fingerprint.version);
 }
 
-}  // namespace
+}  // namespace detail
 
 namespace detail {
 
@@ -187,48 +190,6 @@ std::expected<JoinedRecord, std::string> parse_joined(std::string_view text) {
     return joined;
 }
 
-std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
-                            const Fingerprint& fingerprint, int restarts,
-                            const std::string& change) {
-    json membership = {{"kind", "membership"},
-                       {"round", round},
-                       {"restarts", restarts},
-                       {"change", truncated(change, k_max_message_bytes)},
-                       {"master_addr", nodes.front().addr},
-                       {"master_port", nodes.front().master_port}};
-    add_fingerprint(membership, fingerprint);
-    if (!fingerprint.elastic()) {
-        // Every agent reads it: what it needs (its ranks' offset and the world size)
-        // is the workers per node, as runs of equal counts, [[8, 1024]] for 1024
-        // nodes of 8. A record that grows with the number of nodes would make a
-        // join's bytes grow as its square (docs/scale.md).
-        json runs = json::array();
-        for (const auto& node : nodes) {
-            if (!runs.empty() && runs.back()[0] == node.nproc)
-                runs.back()[1] = runs.back()[1].get<int>() + 1;
-            else
-                runs.push_back({node.nproc, 1});
-        }
-        membership["nproc_runs"] = std::move(runs);
-        return membership.dump();
-    }
-    // An elastic job's agents find their node rank by their id: by column, not a
-    // record per node, to keep its size and the work to parse it small.
-    json nproc = json::array(), hosts = json::array(), pids = json::array(),
-         agent_ids = json::array();
-    for (const auto& node : nodes) {
-        nproc.push_back(node.nproc);
-        hosts.push_back(node.host);
-        pids.push_back(node.pid);
-        agent_ids.push_back(node.agent_id);
-    }
-    membership["nproc"] = std::move(nproc);
-    membership["host"] = std::move(hosts);
-    membership["pid"] = std::move(pids);
-    membership["agent_id"] = std::move(agent_ids);
-    return membership.dump();
-}
-
 std::string abort_json(const std::string& message, int exit_code, const std::string& run_id) {
     return json{{"kind", "abort"},
                 {"run_id", run_id},
@@ -268,8 +229,6 @@ std::string outcomes_json(const std::vector<FailureRecord>& records, const std::
     return json{{"run_id", run_id}, {"workers", std::move(list)}}.dump();
 }
 
-namespace {
-
 // Why a record is not this run's, if it is not (see parse_stop in records_internal.hpp).
 std::optional<std::string> other_run(const json& object, const std::string& key,
                                      const std::string& run_id) {
@@ -280,6 +239,8 @@ std::optional<std::string> other_run(const json& object, const std::string& key,
                               : fmt::format("it is run {}'s, not this run's ({})",
                                             quote_value(written_for), quote_value(run_id)));
 }
+
+namespace {
 
 // A node's list record, {"run_id": ..., "<field>": [...]} of at most
 // k_max_node_outcomes items, each read by `read_item` (an item or why not).
@@ -437,113 +398,6 @@ std::expected<FailureRecord, std::string> parse_failure_record(std::string_view 
     auto object = parse_object(text);
     if (!object) return std::unexpected(object.error());
     return failure_from(*object);
-}
-
-namespace {
-
-// A fixed-size membership's runs of workers per node ([[nproc, nodes], ...]): how
-// many nodes they list, and, when that is `nnodes`, each node's workers.
-struct NprocRuns {
-    std::int64_t nodes = 0;
-    std::vector<int> nproc;
-};
-std::expected<NprocRuns, std::string> nproc_from_runs(const json& runs, int nnodes) {
-    NprocRuns read;
-    for (const json& run : runs) {
-        if (!run.is_array() || run.size() != 2 || !run[0].is_number_integer() ||
-            !run[1].is_number_integer())
-            return std::unexpected(
-                "field 'nproc_runs' holds something other than pairs of "
-                "integers");
-        const auto workers = run[0].get<std::int64_t>();
-        const auto count = run[1].get<std::int64_t>();
-        if (workers < 1 || workers > k_max_int || count < 1 || count > k_max_int)
-            return std::unexpected(
-                fmt::format("field 'nproc_runs' holds {}, out of range", run.dump()));
-        read.nodes += count;  // no overflow: at most 2^31 runs of 2^31 nodes
-    }
-    if (read.nodes != nnodes) return read;
-    read.nproc.reserve(static_cast<std::size_t>(nnodes));
-    for (const json& run : runs)
-        read.nproc.insert(read.nproc.end(), run[1].get<std::size_t>(), run[0].get<int>());
-    return read;
-}
-
-}  // namespace
-
-std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
-                                                         const std::string& result_key,
-                                                         const std::string& run_id, int round,
-                                                         const NodeInfo& me) {
-    using detail::malformed;
-    auto object = parse_object(text);
-    if (!object) return std::unexpected(rendezvous_error(malformed(result_key, object.error())));
-    const json& result = *object;
-    if (auto foreign = detail::other_run(result, result_key, run_id))
-        return std::unexpected(rendezvous_error(*foreign));
-    std::string kind = string_field(result, "kind");
-    if (kind == "abort") {
-        Error error;
-        FieldReader read(result);
-        read.line("message", error.message);
-        read.integer("exit_code", error.exit_code, 0, 255);
-        if (!read.ok())
-            return std::unexpected(rendezvous_error(malformed(result_key, read.error())));
-        return std::unexpected(error);
-    }
-    const Fingerprint& mine_fp = me.fingerprint;
-    const bool elastic = mine_fp.elastic();
-    const char* const listing = elastic ? "nproc" : "nproc_runs";
-    if (kind != "membership" || !result.contains(listing) || !result[listing].is_array()) {
-        return std::unexpected(
-            rendezvous_error(malformed(result_key, "neither a membership nor an abort")));
-    }
-    Fingerprint fingerprint;
-    RoundMembership membership;
-    membership.round = round;
-    membership.node_rank = me.node_rank;
-    FieldReader read(result);
-    read_fingerprint(read, fingerprint);
-    read.text("master_addr", membership.master_addr);
-    read.integer("master_port", membership.master_port, 0, 65535);
-    membership.restart_count = round;  // a fixed-size job restarts every round
-    if (read.has("restarts")) read.integer("restarts", membership.restart_count, 0, k_max_int);
-    read.text("change", membership.change);
-    detail::to_one_line(membership.change);
-    if (!read.ok()) return std::unexpected(rendezvous_error(malformed(result_key, read.error())));
-    if (!elastic) {
-        auto runs = nproc_from_runs(result["nproc_runs"], mine_fp.nnodes);
-        if (!runs) return std::unexpected(rendezvous_error(malformed(result_key, runs.error())));
-        if (runs->nodes != mine_fp.nnodes) {
-            return std::unexpected(rendezvous_error(detail::nnodes_mismatch(
-                std::to_string(runs->nodes), std::to_string(mine_fp.nnodes), me.node_rank)));
-        }
-        membership.nproc_per_node = std::move(runs->nproc);
-        return membership;
-    }
-    const std::size_t listed = result["nproc"].size();
-    if (listed < static_cast<std::size_t>(mine_fp.min()) ||
-        listed > static_cast<std::size_t>(mine_fp.nnodes)) {
-        return std::unexpected(rendezvous_error(
-            malformed(result_key, fmt::format("it lists {} nodes, outside --nnodes={}", listed,
-                                              nnodes_text(mine_fp.min(), mine_fp.nnodes)))));
-    }
-    std::vector<std::string> hosts, agent_ids;
-    std::vector<std::int64_t> pids;
-    read.integers("nproc", membership.nproc_per_node, listed, 1, k_max_int);
-    read.texts("host", hosts, listed);
-    read.integers("pid", pids, listed, std::int64_t{0}, std::int64_t{INT64_MAX});
-    read.texts("agent_id", agent_ids, listed);
-    if (!read.ok()) return std::unexpected(rendezvous_error(malformed(result_key, read.error())));
-    // Ranks are the leader's to assign: this agent is wherever its id is listed.
-    auto it = std::find(agent_ids.begin(), agent_ids.end(), me.agent_id);
-    if (it == agent_ids.end()) {
-        return std::unexpected(
-            rendezvous_error(fmt::format("rendezvous: round {} went ahead without this agent ({})",
-                                         round, detail::describe_agent(me.host, me.pid))));
-    }
-    membership.node_rank = static_cast<int>(it - agent_ids.begin());
-    return membership;
 }
 
 }  // namespace ddprun

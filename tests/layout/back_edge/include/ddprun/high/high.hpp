@@ -1,0 +1,2 @@
+// A fixture: the upper layer.
+#pragma once
