@@ -59,6 +59,10 @@ def _honour_use_libuv():
 # use_libuv is a TCPStore argument from torch 2.2 on; before, there is nothing to honour.
 if "use_libuv" in (torch.distributed.TCPStore.__init__.__doc__ or ""):
     _honour_use_libuv()
+    # And in the workers' clients of its store (torchrun_site/sitecustomize.py).
+    _site = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_site")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [_site] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 from torch.distributed.run import main  # noqa: E402  (must follow the patch)
 
