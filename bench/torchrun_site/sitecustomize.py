@@ -13,6 +13,14 @@ nothing else changes. A use_libuv given explicitly still wins.
 import importlib
 import os
 
+# Invisible to the worker and its children: the environment they see is torchrun's.
+_here = os.path.dirname(os.path.abspath(__file__))
+_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _here]
+if _path:
+    os.environ["PYTHONPATH"] = os.pathsep.join(_path)
+else:
+    os.environ.pop("PYTHONPATH", None)
+
 if os.environ.get("USE_LIBUV") == "0":
     try:
         # The module: torch.distributed.rendezvous as an attribute is a function of it.
