@@ -7,15 +7,23 @@ find_package(nlohmann_json REQUIRED)
 # Start-up time: ddprun is exec'd thousands of times a day, and every shared
 # library it loads costs its mapping and relocations at each start (about
 # 0.2 ms for Boost.Filesystem, 0.5 ms for spdlog with fmt on the 2-CPU build
-# machine; bench/run.sh (m)). Boost is used header-only (Asio, Beast; workers
-# are started with vfork, not Boost.Process, which needed Boost.Filesystem),
-# and fmt and spdlog too (ddprun_fmt, ddprun_spdlog below).
+# machine; bench/run.sh (m)). Boost is used header-only (Asio, Beast, and
+# Process v2 with std::filesystem: ddprun_boost below), and fmt and spdlog too
+# (ddprun_fmt, ddprun_spdlog below).
 # CMake 3.30 and later (Debian 13, sid) use Boost's own BoostConfig.cmake, which
 # every supported Boost ships, instead of the removed FindBoost module.
 if(POLICY CMP0167)
   cmake_policy(SET CMP0167 NEW)
 endif()
-find_package(Boost 1.74 REQUIRED)
+# Process v2 (the workers' launcher) is in Boost 1.80 and later: Debian 12's
+# libboost1.81-dev, libboost-dev on Debian 13 and sid.
+find_package(Boost 1.80 REQUIRED)
+add_library(ddprun_boost INTERFACE)
+target_link_libraries(ddprun_boost INTERFACE Boost::headers)
+target_compile_definitions(ddprun_boost INTERFACE BOOST_ASIO_NO_DEPRECATED
+                           BOOST_PROCESS_USE_STD_FS BOOST_PROCESS_V2_HEADER_ONLY)
+# The command line and the job file (--config): CLI11 is header-only.
+find_package(CLI11 2.1 REQUIRED)
 # The OpenSSL plugin (etcd's HTTP and TLS, HMAC-SHA256; libssl-dev). Only the
 # plugin links it: loading libcrypto.so.3 took about 1.7 ms of every start on
 # the build machine (bench/run.sh (m)), and ddprun loads it only for an etcd

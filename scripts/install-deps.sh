@@ -10,9 +10,10 @@ set -euo pipefail
 packages=(
   # build
   build-essential cmake clang-format
-  libspdlog-dev libfmt-dev
-  libboost-dev libboost-filesystem-dev libboost-system-dev
-  nlohmann-json3-dev
+  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  # Boost.Process v2 (the workers' launcher) first ships in 1.80; Debian 12's
+  # default Boost is 1.74, so its 1.81 (Asio and Beast come with it)
+  libboost1.81-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # fuzzing (scripts/fuzz.sh) and the network-partition test
