@@ -46,6 +46,14 @@ int main(int argc, char** argv) {
         std::fputs(command_line->text.c_str(), stdout);
         return exit_code::kSuccess;
     }
+    if (!command_line->write_config.empty()) {
+        if (auto written = write_job_file(command_line->write_config, command_line->job_file);
+            !written) {
+            std::fprintf(stderr, "ddprun: error: %s\n", written.error().message.c_str());
+            return written.error().exit_code;
+        }
+        if (!command_line->config.dry_run) return exit_code::kSuccess;
+    }
     setup_logging(command_line->config.verbosity);
     if (command_line->config.fan_out.given()) return run_fan_out(command_line->config, env);
     auto prepared = prepare_launch(command_line->config, env);

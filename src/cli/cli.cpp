@@ -1,15 +1,17 @@
-// The command line and environment defaults -> a validated LaunchConfig.
+// The command line, the job file and environment defaults -> a validated
+// LaunchConfig.
 //
 // Why this file exists: torchrun users must be able to switch to ddprun
 // without changing a flag, and a mistake must come back as one line that
-// names the flag (or variable), the value and a fix, never as a parser dump.
-// The work is in three steps: scan() (cli_options.cpp) finds where ddprun's
-// options end (the program and everything after it are never looked at, let
-// alone changed) and puts them in canonical form, collect() counts each
-// option and keeps its values, and the rest, here, resolves
-// environment defaults (DDPRUN_<NAME>, PET_<NAME>, then what a scheduler's
-// variables say, see scheduler_env.hpp) and validates every value with the
-// parsers of cli_values.cpp. Pure: the environment comes in as a map.
+// names the flag (or variable, or job file line), the value and a fix, never
+// as a parser dump. The work is in three steps: scan() (cli_options.cpp)
+// finds where ddprun's options end (the program and everything after it are
+// never looked at, let alone changed) and puts them in canonical form,
+// parse_options() (cli_parse.cpp: CLI11) keeps each option's values and
+// reads the job file, and the rest, here, resolves environment defaults
+// (DDPRUN_<NAME>, PET_<NAME>, then what a scheduler's variables say, see
+// scheduler_env.hpp) and validates every value with the parsers of
+// cli_values.cpp. The environment comes in as a map.
 
 #include "ddprun/cli/cli.hpp"
 #include "ddprun/base/text.hpp"
@@ -27,6 +29,7 @@
 #include <utility>
 
 #include "cli_options.hpp"
+#include "cli_parse.hpp"
 #include "cli_values.hpp"
 #include "ddprun/fanout/fan_out.hpp"
 #include "ddprun/scheduler/scheduler_env.hpp"
@@ -42,50 +45,21 @@ constexpr std::string_view k_default_signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
 using Settings = std::map<std::string_view, Setting>;
 
-// One option of k_options as the command line gave it: how many times, and
-// its values in order.
-struct Given {
-    std::size_t count = 0;
-    std::vector<std::string> values;
-};
-using GivenOptions = std::vector<Given>;  // indexed like k_options
-
-// scan() leaves the options canonical ("--name", or "-x" as typed, each value
-// its own item), so collecting them is a walk. This used to be CLI11's job:
-// building its parser for 55 options was a quarter of the instructions of
-// `ddprun --version` (bench/run.sh (m)).
-GivenOptions collect(const Scanned& scanned) {
-    GivenOptions given(std::size(k_options));
-    auto index_of = [](const std::string& item) -> std::optional<std::size_t> {
-        for (std::size_t i = 0; i < std::size(k_options); ++i) {
-            const OptionSpec& spec = k_options[i];
-            if (item.size() == 2 && item[0] == '-' && spec.short_name != 0 &&
-                item[1] == spec.short_name)
-                return i;
-            if (item.starts_with("--") && std::string_view(item).substr(2) == spec.name) return i;
-        }
-        return std::nullopt;
-    };
-    const std::vector<std::string>& items = scanned.options;
-    for (std::size_t at = 0; at < items.size(); ++at) {
-        auto index = index_of(items[at]);
-        if (!index) continue;  // cannot happen: scan() only lists known options
-        ++given[*index].count;
-        if (!is_flag(k_options[*index]) && at + 1 < items.size())
-            given[*index].values.push_back(items[++at]);
-    }
-    return given;
-}
-
-// What was given on the command line, else in DDPRUN_<NAME>, else in PET_<NAME>.
-// An empty variable counts as unset (job templates often export empty ones),
-// except for the log prefix, where empty means "no prefix".
+// What was given on the command line, else in the job file, else in
+// DDPRUN_<NAME>, else in PET_<NAME>. An empty variable counts as unset (job
+// templates often export empty ones), except for the log prefix, where empty
+// means "no prefix".
 Settings gather_settings(const GivenOptions& parsed, const Scanned& scanned,
                          const Environment& env) {
     Settings settings;
     for (std::size_t i = 0; i < std::size(k_options); ++i) {
         const OptionSpec& spec = k_options[i];
-        if (parsed[i].count > 0) {
+        if (!parsed[i].origin.empty()) {  // a job file's `all-devices = false` still counts
+            settings.emplace(spec.name, Setting{std::string(spec.name), parsed[i].values.back(),
+                                                false, parsed[i].origin});
+            continue;
+        }
+        if (parsed[i].count > 0 && scanned.spelling.contains(spec.name)) {
             Setting setting{scanned.spelling.at(spec.name), "", is_flag(spec)};
             if (!is_flag(spec)) setting.value = parsed[i].values.back();
             settings.emplace(spec.name, std::move(setting));
@@ -167,7 +141,7 @@ constexpr std::string_view k_launcher_options[] = {
     "hosts",       "hostfile",      "include",   "exclude",   "ssh-command",    "remote-ddprun",
     "env",         "lifeline",      "preflight", "dry-run",   "verbose",        "quiet",
     "help",        "version",       "nnodes",    "node_rank", "nproc_per_node", "local_addr",
-    "master_addr", "rdzv_endpoint", "rdzv_id",
+    "master_addr", "rdzv_endpoint", "rdzv_id",   "config",    "write-config",
 };
 
 // --hosts / --hostfile and their companions: what they conflict with, and the
@@ -185,13 +159,17 @@ void resolve_fan_out(const GivenOptions& parsed, const Settings& settings, Confi
           [](const Setting& s) { return parse_nonempty(s, "'ssh -p 2222'"); });
     b.set("remote-ddprun", fan.remote_ddprun,
           [](const Setting& s) { return parse_nonempty(s, "/opt/ddprun/bin/ddprun"); });
+    std::string env_origin;  // the job file's line, if it gave --env
     for (std::size_t i = 0; i < std::size(k_options); ++i) {
         if (k_options[i].name != "env") continue;
+        env_origin = parsed[i].origin;
         for (const std::string& value : parsed[i].values) {
             std::string_view name = std::string_view(value).substr(0, value.find('='));
             if (!is_variable_name(name))
-                b.fail(Setting{"--env", value}.error_hint(
-                    "not a variable name", "write NAME or NAME=VALUE, e.g. --env WANDB_API_KEY"));
+                b.fail(Setting{parsed[i].origin.empty() ? "--env" : "env", value, false,
+                               parsed[i].origin}
+                           .error_hint("not a variable name",
+                                       "write NAME or NAME=VALUE, e.g. --env WANDB_API_KEY"));
             fan.env.push_back(value);
         }
     }
@@ -203,9 +181,10 @@ void resolve_fan_out(const GivenOptions& parsed, const Settings& settings, Confi
                 return b.fail(s->error_hint("is for a job started with --hosts or --hostfile",
                                             "add one, or drop it"));
         if (!fan.env.empty())
-            return b.fail(usage_error(
-                "--env: is for a job started with --hosts or --hostfile (add one, or drop it; "
-                "a local job's workers inherit ddprun's environment)"));
+            return b.fail(usage_error(fmt::format(
+                "{}: is for a job started with --hosts or --hostfile (add one, or drop it; "
+                "a local job's workers inherit ddprun's environment)",
+                env_origin.empty() ? "--env" : env_origin + ": env")));
         return;
     }
     const Setting* list = b.find(fan.hosts.empty() ? "hostfile" : "hosts");
@@ -369,6 +348,9 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
           [](const Setting& s) { return parse_nonempty(s, "/var/log/ddprun/events.jsonl"); });
     resolve_verbosity(parsed, env, b, config);
 
+    // --write-config alone writes the job file: a program is not part of it.
+    const bool write_only = b.find("write-config") != nullptr && !config.dry_run;
+    if (!b.error() && !scanned.program_index && write_only) return config;
     if (!b.error() && !scanned.program_index)
         b.fail(
             usage_error("no program to run (usage: ddprun [options] PROGRAM [ARGS...]; see ddprun "
@@ -429,14 +411,22 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
     const std::map<std::string_view, std::string>& detected) {
     auto source = [&](std::string_view name) -> std::string {
         if (auto it = detected.find(name); it != detected.end()) return it->second;
-        if (auto it = settings.find(name); it != settings.end())
-            return it->second.label.starts_with('-') ? "flag " + it->second.label
-                                                     : it->second.label;
+        if (auto it = settings.find(name); it != settings.end()) {
+            const Setting& setting = it->second;
+            if (!setting.origin.empty()) return setting.origin;
+            return setting.label.starts_with('-') ? "flag " + setting.label : setting.label;
+        }
         return "default";
     };
     // --standalone overrides the node count and the master address.
+    auto standalone = [&] {
+        auto it = settings.find("standalone");
+        return it != settings.end() && !it->second.origin.empty()
+                   ? "standalone at " + it->second.origin
+                   : source("standalone");
+    };
     auto shaped = [&](std::string_view name) {
-        return config.standalone && !settings.contains(name) ? source("standalone") : source(name);
+        return config.standalone && !settings.contains(name) ? standalone() : source(name);
     };
     auto entry = [](std::string_view name, const std::string& value, const std::string& from) {
         return std::pair{std::string(name), fmt::format("{} ({})", value, from)};
@@ -451,7 +441,7 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
                   : source("node_rank")),
         entry("nproc_per_node", nproc_text(config.nproc_per_node), source("nproc_per_node")),
         entry("master_addr", config.master_addr,
-              config.standalone ? source("standalone") : source("master_addr")),
+              config.standalone ? standalone() : source("master_addr")),
         entry("master_port", port == 0 ? "free port" : std::to_string(port), source("master_port")),
     };
     // What keeps concurrent jobs apart, when the scheduler's ids chose it.
@@ -459,6 +449,17 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
         sources.push_back(entry("rdzv_endpoint", config.rdzv_endpoint, source("rdzv_endpoint")));
     if (detected.contains("rdzv_id"))
         sources.push_back(entry("rdzv_id", config.rdzv_id, source("rdzv_id")));
+    // Everything else the job file set, so that --dry-run shows what it changed.
+    if (const auto file = settings.find("config"); file != settings.end()) {
+        std::string set;
+        for (const auto& [name, setting] : settings)
+            if (!setting.origin.empty() &&
+                std::none_of(sources.begin(), sources.end(),
+                             [&](const auto& source_entry) { return source_entry.first == name; }))
+                set += fmt::format("{}{}", set.empty() ? "" : " ", name);
+        sources.push_back(entry("config", file->second.value,
+                                source("config") + (set.empty() ? "" : "; also sets " + set)));
+    }
     return sources;
 }
 
@@ -471,8 +472,15 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
                                                      const Environment& env) {
     using namespace cli;
     Scanned scanned = scan(args);
-
-    GivenOptions parsed = collect(scanned);
+    // Not read for --help or --version, nor after a malformed flag.
+    const bool asks_for_text =
+        std::any_of(scanned.options.begin(), scanned.options.end(), [](const std::string& item) {
+            return item == "--help" || item == "-h" || item == "--version";
+        });
+    auto parsed_options = parse_options(
+        scanned, scanned.error || asks_for_text ? std::nullopt : job_file_of(scanned, env));
+    if (!parsed_options) return std::unexpected(parsed_options.error());
+    const GivenOptions& parsed = parsed_options->given;
     auto given = [&](std::string_view name) {
         for (std::size_t i = 0; i < std::size(k_options); ++i)
             if (k_options[i].name == name) return parsed[i].count > 0;
@@ -500,6 +508,10 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
     config->scheduler = defaults->scheduler;
     config->value_sources = describe_sources(*config, settings, detected);
     command_line.config = std::move(*config);
+    if (auto write = settings.find("write-config"); write != settings.end()) {
+        command_line.write_config = write->second.value;
+        command_line.job_file = std::move(parsed_options->job_file_text);
+    }
     return command_line;
 }
 

@@ -76,8 +76,13 @@ constexpr std::string_view k_description[] = {
 constexpr std::string_view k_options_intro =
     "Every long option works in both spellings (--nproc_per_node and --nproc-per-node), as "
     "--flag=value or --flag value, and as a unique prefix (--nproc=8), as with torchrun's "
-    "argparse. A flag not given is read from DDPRUN_<NAME>, then PET_<NAME> where the "
-    "option says so, then takes the default in [brackets].";
+    "argparse. A flag not given is read from the job file (--config), then DDPRUN_<NAME>, "
+    "then PET_<NAME> where the option says so, then from a scheduler (Slurm, Open MPI, "
+    "Kubeflow), then takes the default in [brackets]. A job file has one key = value line "
+    "per option (TOML or INI, a key is an option's long name in either spelling, no "
+    "sections); --write-config writes one. Its unknown keys, bad values and keys that are "
+    "for the command line only (dry-run, help, version, config, write-config, lifeline, "
+    "preflight) are errors naming the file and the line, exit 2.";
 
 constexpr Entry k_environment_read[] = {
     {"DDPRUN_<NAME>, PET_<NAME>",
@@ -166,6 +171,9 @@ constexpr Entry k_examples[] = {
      "--rdzv_id=job42 train.py"},
     {"A PyTorch script, one worker per GPU, logs kept:",
      "ddprun --nproc_per_node=gpu --log_dir=/logs ddp_train.py --epochs 3"},
+    {"The job's options kept in a file, then run from it (a flag still wins over it):",
+     "ddprun --nproc_per_node=8 --max_restarts=3 --write-config job.toml\n"
+     "ddprun --config job.toml ./train --lr 0.1"},
 };
 
 void roff_entries(std::string& out, std::span<const Entry> entries) {

@@ -350,7 +350,7 @@ Parsed<std::optional<std::set<int>>> parse_rank_filter(const Setting& s) {
 
 Parsed<std::vector<int>> parse_signals(const Setting& s) {
     auto signals = parse_signal_list(s.value);
-    if (!signals) return std::unexpected(usage_error(s.shown() + ": " + signals.error().message));
+    if (!signals) return std::unexpected(usage_error(s.where() + ": " + signals.error().message));
     return *signals;
 }
 

@@ -31,20 +31,23 @@ std::string lower(std::string_view text);
 
 // One option's value and where it came from, for messages that name both.
 struct Setting {
-    std::string label;  // "--nnodes", "-r", "PET_NNODES", ...
+    std::string label;  // "--nnodes", "-r", "PET_NNODES", "nnodes" (a job file's key), ...
     std::string value;
     bool bare_flag = false;  // a flag on the command line: it has no value to show
+    std::string origin{};    // a job file's "job.toml:3", else ""
 
     std::string shown() const {
         if (bare_flag) return label;
         bool plain = !value.empty() && value.find_first_of(" \t'\"") == std::string::npos;
         return fmt::format("{}={}", label, plain ? value : "'" + value + "'");
     }
+    // shown(), after the file and line it came from, to start a message with.
+    std::string where() const { return origin.empty() ? shown() : origin + ": " + shown(); }
     Error error(std::string_view problem, std::string_view example) const {
-        return usage_error(fmt::format("{}: {} (e.g. {}={})", shown(), problem, label, example));
+        return usage_error(fmt::format("{}: {} (e.g. {}={})", where(), problem, label, example));
     }
     Error error_hint(std::string_view problem, std::string_view hint) const {
-        return usage_error(fmt::format("{}: {} ({})", shown(), problem, hint));
+        return usage_error(fmt::format("{}: {} ({})", where(), problem, hint));
     }
 };
 

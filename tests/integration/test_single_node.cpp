@@ -994,6 +994,35 @@ TEST_F(SingleNodeDryRun, PrintsEveryNodeOfAMultiNodeJob) {
     EXPECT_TRUE(recorded_pids().empty()) << "--dry-run must start nothing";
 }
 
+TEST_F(SingleNodeDryRun, JobFileWrittenByWriteConfigRunsTheSameJob) {
+    const std::string file = path("job.toml");
+    auto w = run({"--nproc_per_node=2", "--role=trainer", "--max_restarts=3", "--dry-run",
+                  "--write-config", file, k_fake_worker, "env"});
+    ASSERT_EQ(w.exit_code, 0) << w.describe();
+    EXPECT_TRUE(contains(w.err, "ddprun: wrote " + file)) << w.describe();
+    EXPECT_EQ(plan_rows(w.out).size(), 2u) << "--dry-run still prints the plan\n" << w.describe();
+    EXPECT_TRUE(recorded_pids().empty()) << "--write-config must start nothing";
+
+    // The file runs the job; a flag wins over it, the file over DDPRUN_.
+    RunOptions variables;
+    variables.env = {{"DDPRUN_MAX_RESTARTS", "7"}};
+    auto r = run({"--config", file, "--role=tester", k_fake_worker, "env"}, variables);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    auto env = env_by_rank(r.out);
+    ASSERT_EQ(env.size(), 2u) << r.describe();
+    EXPECT_EQ(env[1]["WORLD_SIZE"], "2");
+    EXPECT_EQ(env[1]["ROLE_NAME"], "tester");
+    EXPECT_EQ(env[1]["TORCHELASTIC_MAX_RESTARTS"], "3");
+
+    const std::size_t started = recorded_pids().size();
+    auto bad = run({"--config", path("missing.toml"), k_fake_worker, "env"});
+    EXPECT_EQ(bad.exit_code, 2) << bad.describe();
+    EXPECT_TRUE(contains(bad.err, "ddprun: error: --config=" + path("missing.toml") +
+                                      ": cannot read it: No such file or directory"))
+        << bad.describe();
+    EXPECT_EQ(recorded_pids().size(), started) << "a bad job file starts nothing";
+}
+
 // --- Python -------------------------------------------------------------------
 
 RunOptions with_python(std::vector<std::pair<std::string, std::string>> env = {}) {

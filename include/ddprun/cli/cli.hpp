@@ -1,4 +1,4 @@
-// Command line and environment defaults -> LaunchConfig. Pure: no I/O, the
+// Command line, job file and environment defaults -> LaunchConfig. The
 // environment comes in as a map, so every bad input is table-testable.
 #pragma once
 
@@ -18,12 +18,21 @@ struct CommandLine {
     Action action = Action::Run;
     LaunchConfig config;
     std::string text;  // help or version text for PrintHelp / PrintVersion
+    // --write-config FILE: where to write job_file (a TOML job file of the options
+    // given); with --dry-run the plan is printed too, and nothing is started either way.
+    std::string write_config;
+    std::string job_file;
 };
 
 // args: argv[1..]. env: the process environment (DDPRUN_<NAME>, PET_<NAME>,
-// LOGLEVEL, PYTHON_EXEC are read from it).
+// LOGLEVEL, PYTHON_EXEC are read from it). Reads the job file that --config or
+// DDPRUN_CONFIG names, and nothing else.
 std::expected<CommandLine, Error> parse_command_line(const std::vector<std::string>& args,
                                                      const Environment& env);
+
+// Writes --write-config's job file whole (a temporary file renamed over FILE,
+// so a job never reads half of one) and says so on stderr.
+std::expected<void, Error> write_job_file(const std::string& path, const std::string& text);
 
 // Parses a signal list such as "SIGTERM,SIGINT" or "TERM,2" (used by
 // --signals_to_handle); exposed for tests.
