@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,10 +72,81 @@ std::expected<std::vector<pid_t>, Error> children_of(pid_t parent) {
     return children;
 }
 
+namespace {
+
+// The owned children (process_tree.hpp) and their status once reaped. The lock
+// is held across every waitpid that may reap one of them.
+struct Owned {
+    std::mutex lock;
+    std::map<pid_t, std::optional<int>> children;
+};
+
+Owned& owned() {
+    static Owned instance;
+    return instance;
+}
+
+// waitpid(-1, WNOHANG) for the reapers: an owned child's status is kept for its
+// owner, and the next child is looked at.
+pid_t reap_one(int& status) {
+    Owned& registry = owned();
+    std::lock_guard guard(registry.lock);
+    for (;;) {
+        pid_t pid = ::waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) return pid;
+        auto entry = registry.children.find(pid);
+        if (entry == registry.children.end()) return pid;
+        entry->second = status;
+    }
+}
+
+}  // namespace
+
+namespace owned_children {
+
+pid_t start(const std::function<pid_t()>& start) {
+    Owned& registry = owned();
+    std::lock_guard guard(registry.lock);
+    pid_t pid = start();
+    if (pid > 0) registry.children[pid] = std::nullopt;
+    return pid;
+}
+
+std::optional<int> exit_status(pid_t pid) {
+    Owned& registry = owned();
+    std::lock_guard guard(registry.lock);
+    auto entry = registry.children.find(pid);
+    if (entry == registry.children.end()) return std::nullopt;
+    if (!entry->second) {
+        int status = 0;
+        pid_t done = ::waitpid(pid, &status, WNOHANG);
+        while (done < 0 && errno == EINTR) done = ::waitpid(pid, &status, WNOHANG);
+        if (done == pid) entry->second = status;
+    }
+    return entry->second;
+}
+
+void kill(pid_t pid, int signal) {
+    Owned& registry = owned();
+    std::lock_guard guard(registry.lock);
+    auto entry = registry.children.find(pid);
+    if (entry == registry.children.end() || entry->second) return;
+    ::kill(-pid, signal);
+    ::kill(pid, signal);
+}
+
+void release(pid_t pid) {
+    Owned& registry = owned();
+    std::lock_guard guard(registry.lock);
+    registry.children.erase(pid);
+}
+
+}  // namespace owned_children
+
 void reap_exited(const std::function<void(pid_t, int)>& on_reaped) {
     for (;;) {
         int status = 0;
-        pid_t pid = ::waitpid(-1, &status, WNOHANG);
+        pid_t pid = reap_one(status);
         if (pid < 0 && errno == EINTR) continue;
         // 0: children left, none exited; ECHILD: no child at all.
         if (pid <= 0) return;
@@ -94,7 +167,7 @@ std::expected<int, Error> sweep_children(std::chrono::milliseconds bound,
         // is either alive (so some ancestor of it is our child) or it was reparented to us.
         // That check is one syscall; the /proc scan below is only needed when something is left.
         int status = 0;
-        pid_t pid = ::waitpid(-1, &status, WNOHANG);
+        pid_t pid = reap_one(status);
         if (pid < 0 && errno == ECHILD) return 0;
         if (pid < 0 && errno != EINTR) return std::unexpected(system_error("waitpid"));
         if (pid > 0) {

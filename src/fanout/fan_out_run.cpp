@@ -29,6 +29,7 @@
 
 #include "ddprun/base/exit_codes.hpp"
 #include "ddprun/base/fd.hpp"
+#include "ddprun/base/child_process.hpp"
 #include "ddprun/base/line_splitter.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/process_tree.hpp"
@@ -39,6 +40,8 @@
 #include "ddprun/store/signed_store.hpp"
 #include "ddprun/workers/program.hpp"
 #include "fan_out_setup.hpp"
+
+extern char** environ;
 
 namespace ddprun {
 namespace {
@@ -73,36 +76,27 @@ void write_all(int fd, std::string_view data) {
 
 std::expected<pid_t, Error> spawn_host(const std::vector<std::string>& argv, int in, int out,
                                        int err) {
-    std::vector<char*> args;
-    for (const std::string& word : argv) args.push_back(const_cast<char*>(word.c_str()));
+    const char* path = std::getenv("PATH");
+    auto executable = resolve_executable(argv[0], path != nullptr ? path : "/usr/bin:/bin");
+    if (!executable) return std::unexpected(executable.error());
+    std::vector<const char*> args;
+    for (const std::string& word : argv) args.push_back(word.c_str());
     args.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    // vfork: a thousand hosts are a thousand children, and fork would copy the
-    // launcher's page tables for each (and then fault on every page it writes).
-    // The child only makes system calls until it execs or _exits.
-    const pid_t pid = ::vfork();
-    if (pid < 0) return std::unexpected(system_error("vfork"));
-    if (pid > 0) return pid;
-    // Its own process group: a terminal's Ctrl-C reaches the launcher only, which passes it
-    // to every host over the lifeline (an ssh killed by it would drop its host's output).
-    // PR_SET_PDEATHSIG: a SIGKILLed launcher takes its ssh clients along, which closes every
-    // agent's lifeline.
-    if (::setpgid(0, 0) != 0 || ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
-        ::_exit(exit_code::kInternal);
-    if (::getppid() != parent) ::_exit(exit_code::kSignalBase + SIGKILL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    if (::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0)
-        ::_exit(exit_code::kInternal);
-    ::execvp(args[0], args.data());
-    const int error = errno;
-    for (std::string_view part :
-         {std::string_view("ddprun: cannot run "), std::string_view(args[0]),
-          std::string_view(": "), std::string_view(std::strerror(error)), std::string_view("\n")})
-        write_all(2, part);
-    ::_exit(error == ENOENT ? exit_code::kNotFound : exit_code::kNotExecutable);
+    // Its own process group (child_process.hpp): a terminal's Ctrl-C reaches the launcher only,
+    // which passes it to every host over the lifeline (an ssh killed by it would drop its
+    // host's output). The death signal: a SIGKILLed launcher takes its ssh clients along,
+    // which closes every agent's lifeline.
+    ChildSetup setup;
+    setup.what = argv[0].c_str();
+    setup.in = in;
+    setup.out = out;
+    setup.err = err;
+    auto pid = launch_process(*executable, args.data(), environ, setup);
+    if (!pid)
+        return std::unexpected(Error{
+            fmt::format("cannot run {}: {}", argv[0], pid.error().message()),
+            pid.error().value() == ENOENT ? exit_code::kNotFound : exit_code::kNotExecutable});
+    return *pid;
 }
 
 // Every host's process (ssh, or the {host} template) of one phase, and the

@@ -1,20 +1,13 @@
 // Runs eu-stack or gdb against workers and collects what they print (see
 // stacks.hpp).
 //
-// Why not Boost.Process (src/spawn.cpp), nor a plain fork: the agent reaps
-// its children with waitpid(-1) on SIGCHLD. A tool started as our child could
-// be reaped there, and its pid reused before this thread kills it at the
-// deadline. So the tool runs under a helper: a copy of this process cloned
-// with exit signal 0, which no waitpid(-1) sees (only __WCLONE does) and which
-// never execs (exec would reset its exit signal to SIGCHLD). The helper leads
-// a process group, starts the tool in it (vfork-style), waits for it and exits
-// with its status. This thread reaps the helper by pid; at the deadline it
-// kills the helper's group, whose id stays ours until the helper is reaped.
+// Each tool is a child of ours, started by launch_process (Boost.Process) in
+// a process group of its own, and owned (owned_children in process_tree.hpp):
+// the agent's reaper keeps its exit status for this thread instead of taking
+// it, so its pid stays ours to kill at the deadline until this thread lets go.
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/child_process.hpp"
 #include "ddprun/base/fd.hpp"
 #include "ddprun/base/process_tree.hpp"
 #include "ddprun/base/text.hpp"
@@ -69,59 +63,6 @@ std::string why_not_attachable(pid_t pid) {
     return {};
 }
 
-// Everything the helper and the tool need, prepared before the clone: after it
-// they may only make async-signal-safe calls (this process is multithreaded).
-struct ChildSetup {
-    const char* path;
-    char* const* argv;
-    char* const* envp;
-    int stdin_fd;
-    int stdout_fd;
-    int stderr_fd;
-    pid_t parent;          // the tool's parent: the helper
-    char* tool_stack_top;  // in the helper's memory, which the tool shares until execve
-};
-
-int exec_tool(void* arg) {
-    const auto& setup = *static_cast<const ChildSetup*>(arg);
-    // The helper killed at the deadline takes the tool with it.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != setup.parent) ::_exit(127);
-    if (::dup2(setup.stdin_fd, 0) < 0 || ::dup2(setup.stdout_fd, 1) < 0 ||
-        ::dup2(setup.stderr_fd, 2) < 0)
-        ::_exit(127);
-    // Every signal was blocked for the clone; a mask survives exec.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    // A worker's pipe inherited by the tool would keep it open past the worker.
-    ::close_range(3, ~0U, 0);
-    ::execve(setup.path, setup.argv, setup.envp);
-    constexpr char k_message[] = "exec of the stack tool failed\n";
-    [[maybe_unused]] ssize_t ignored = ::write(2, k_message, sizeof k_message - 1);
-    ::_exit(127);
-}
-
-// The helper (see the top of this file). Exits with the tool's exit code, or
-// 128 + the signal that ended it.
-int run_helper(void* arg) {
-    ChildSetup setup = *static_cast<const ChildSetup*>(arg);
-    // Its own group: the deadline kills the tool with it, and a Ctrl-C at the
-    // terminal is ddprun's to handle, not the tool's.
-    ::setpgid(0, 0);
-    // A ddprun that dies must not leave a debugger attached to its workers.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != setup.parent) ::_exit(127);
-    setup.parent = ::getpid();
-    pid_t tool = ::clone(exec_tool, setup.tool_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, &setup);
-    if (tool < 0) ::_exit(127);
-    // The tool has exec'd: its pipes close when it ends, not when we do.
-    ::close_range(0, ~0U, 0);
-    int status = 0;
-    while (::waitpid(tool, &status, 0) < 0)
-        if (errno != EINTR) ::_exit(127);
-    ::_exit(WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
-}
-
 // One tool run: its pipes, what it printed so far, and how it ended.
 struct ToolRun {
     pid_t target = 0;
@@ -132,15 +73,15 @@ struct ToolRun {
     std::string err_text;
     bool out_cut = false;
     bool reaped = false;
-    int status = 0;
+    int status = 0;     // its wait status, once reaped
     std::string error;  // set when it could not start
 };
 
 // Owned argv/envp storage whose c_str() pointers the child uses.
 struct Strings {
     std::vector<std::string> items;
-    std::vector<char*> pointers() {
-        std::vector<char*> out;
+    std::vector<const char*> pointers() {
+        std::vector<const char*> out;
         for (auto& item : items) out.push_back(item.data());
         out.push_back(nullptr);
         return out;
@@ -163,7 +104,7 @@ Strings tool_environment() {
     return env;
 }
 
-void start(ToolRun& run, const std::string& path, bool gdb, char* const* envp, int stdin_fd) {
+void start(ToolRun& run, const std::string& path, bool gdb, const char* const* envp, int stdin_fd) {
     Strings args;
     std::string pid = std::to_string(run.target);
     if (gdb)
@@ -198,41 +139,32 @@ void start(ToolRun& run, const std::string& path, bool gdb, char* const* envp, i
     ::fcntl(run.out.get(), F_SETFL, O_NONBLOCK);
     ::fcntl(run.err.get(), F_SETFL, O_NONBLOCK);
 
-    // The helper and the tool run on copies of this memory until execve; each
-    // needs a small stack only.
-    constexpr std::size_t k_stack_size = 64 * 1024;
-    auto stacks = std::make_unique<char[]>(2 * k_stack_size);
-    ChildSetup setup{path.c_str(), argv.data(), envp,       stdin_fd,
-                     out[1],       err[1],      ::getpid(), stacks.get() + k_stack_size};
-    // No handler of ddprun's may run in the helper: block every signal across
-    // the clone; the tool unblocks them before execve.
-    sigset_t all;
-    sigset_t old;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_SETMASK, &all, &old);
-    // Exit signal 0 (the low byte of the flags): see the top of this file.
-    pid_t child = ::clone(run_helper, stacks.get() + 2 * k_stack_size, 0, &setup);
-    int clone_errno = errno;
-    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (child < 0) {
-        run.error = fmt::format("clone: {}", std::strerror(clone_errno));
+    ChildSetup setup;
+    setup.what = "the stack tool";
+    setup.in = stdin_fd;
+    setup.out = out_write.get();
+    setup.err = err_write.get();
+    std::error_code error;
+    run.child = owned_children::start([&]() -> pid_t {
+        auto tool = launch_process(path, argv.data(), envp, setup);
+        if (!tool) error = tool.error();
+        return tool ? *tool : -1;
+    });
+    if (run.child < 0) {
+        run.error = fmt::format("cannot run {}: {}", path, error.message());
         run.out.reset();
         run.err.reset();
-        return;
     }
-    run.child = child;
 }
 
-bool try_reap(ToolRun& run, int flags) {
+bool try_reap(ToolRun& run) {
     if (run.reaped || run.child < 0) return true;
-    for (;;) {
-        // __WCLONE is unsigned in glibc's headers, waitpid's options an int.
-        pid_t done = ::waitpid(run.child, &run.status, static_cast<int>(__WCLONE) | flags);
-        if (done < 0 && errno == EINTR) continue;
-        // ECHILD: someone else waited with __WALL; it is gone either way.
-        if (done != 0) run.reaped = true;
-        return run.reaped;
+    if (auto status = owned_children::exit_status(run.child)) {
+        run.status = *status;
+        run.reaped = true;
+        owned_children::release(run.child);
     }
+    return run.reaped;
 }
 
 // Reads what is there; closes the fd at end of file. Keeps up to `max_bytes`.
@@ -255,13 +187,14 @@ void drain(UniqueFd& fd, std::string& text, bool& cut, std::size_t max_bytes) {
 // Kills the tool, and reaps it within a bound; a SIGKILLed process ends at
 // once unless the kernel holds it, and then waiting longer would not help.
 void kill_and_reap(ToolRun& run) {
-    ::kill(-run.child, SIGKILL);
-    ::kill(run.child, SIGKILL);
+    owned_children::kill(run.child, SIGKILL);
     auto bound = Clock::now() + std::chrono::seconds(2);
-    while (!try_reap(run, WNOHANG) && Clock::now() < bound) {
+    while (!try_reap(run) && Clock::now() < bound) {
         timespec pause{0, 1'000'000};
         ::nanosleep(&pause, nullptr);
     }
+    // Still there: the kernel holds it. The reaper takes it when it ends.
+    if (!run.reaped) owned_children::release(run.child);
 }
 
 // One line from the tool's stderr: its messages without its name, joined.
@@ -278,12 +211,10 @@ std::string tool_failure(const ToolRun& run, std::string_view tool) {
         reasons += line;
     }
     std::string how;
-    // The helper's exit code: the tool's, or 128 + its signal.
-    int code = run.reaped && WIFEXITED(run.status) ? WEXITSTATUS(run.status) : 0;
-    if (code > 128)
-        how = fmt::format(" (killed by signal {})", code - 128);
-    else if (code != 0)
-        how = fmt::format(" (exit {})", code);
+    if (run.reaped && WIFSIGNALED(run.status))
+        how = fmt::format(" (killed by signal {})", WTERMSIG(run.status));
+    else if (run.reaped && WIFEXITED(run.status) && WEXITSTATUS(run.status) != 0)
+        how = fmt::format(" (exit {})", WEXITSTATUS(run.status));
     std::string message = fmt::format("{} -p {} printed no stack{}: {}", tool, run.target, how,
                                       reasons.empty() ? "no message" : reasons);
     if (reasons.find("not permitted") != std::string::npos ||
@@ -337,13 +268,13 @@ std::vector<NativeStack> capture_native_stacks(const std::vector<pid_t>& pids,
                 fds.push_back({fd->get(), POLLIN, 0});
                 owners.push_back(&run);
             }
-            if (!run.out && !run.err && !try_reap(run, WNOHANG)) exiting = true;
+            if (!run.out && !run.err && !try_reap(run)) exiting = true;
         }
         if (fds.empty() && !exiting) break;
         auto left = std::chrono::ceil<std::chrono::milliseconds>(end - Clock::now());
         if (left.count() <= 0) break;
-        // Nothing signals a clone child's exit to this thread; its pipes closing
-        // says it is ending, and a few milliseconds later it has.
+        // Nothing signals a tool's exit to this thread (SIGCHLD is the reaper's); its
+        // pipes closing says it is ending, and a few milliseconds later it has.
         int timeout = static_cast<int>(exiting ? std::min<long>(left.count(), 5) : left.count());
         int ready = ::poll(fds.data(), fds.size(), timeout);
         if (ready < 0 && errno != EINTR) break;

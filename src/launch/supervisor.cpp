@@ -39,7 +39,7 @@ int supervise(const std::function<int()>& agent_main, const std::vector<int>& fo
         spdlog::warn("{}", subreaper.error().message);
     // Its stdout/stderr may be a link that is gone (a --hosts launcher's ssh): a message
     // must fail with EPIPE, not kill the supervisor before the job is swept. Workers reset
-    // it (spawn.cpp).
+    // it (base/child_process.cpp).
     if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR)
         spdlog::warn("{}", system_error("signal(SIGPIPE)").message);
 
@@ -50,6 +50,11 @@ int supervise(const std::function<int()>& agent_main, const std::vector<int>& fo
     block_signals(waited);
     std::fflush(nullptr);
 
+    // The one fork in ddprun that is not Boost.Process (base/child_process.hpp): the agent is
+    // this process's own code (agent_main), not a program, and Boost.Process only starts
+    // programs (every launcher of v2 execs). A re-exec of ddprun as the agent would have
+    // to hand it what this process already holds and cannot read twice: the --hosts
+    // lifeline's job secret (read from stdin), the scratch directory, the etcd password.
     const pid_t supervisor = ::getpid();
     const pid_t agent = ::fork();
     if (agent < 0) {

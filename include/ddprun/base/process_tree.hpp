@@ -46,4 +46,27 @@ std::expected<int, Error> sweep_children(std::chrono::milliseconds bound,
 // Reaps every exited child without waiting; calls on_reaped for each.
 void reap_exited(const std::function<void(pid_t, int)>& on_reaped);
 
+// Children that a thread other than the reaper starts and waits for itself (the
+// stack tools, hang/stack_capture.cpp). reap_exited and sweep_children keep the
+// exit status of such a child here instead of passing it on, so its owner
+// learns how it ended, and its pid (and group id) stay its owner's to signal
+// until the owner lets go.
+namespace owned_children {
+
+// Calls `start` (which returns a child's pid, or -1) and takes the pid it
+// returns; no reaper runs in between, so the child cannot be reaped unowned.
+pid_t start(const std::function<pid_t()>& start);
+
+// The child's wait status once it has exited (reaped here or by a reaper),
+// nullopt while it runs.
+std::optional<int> exit_status(pid_t pid);
+
+// Sends `signal` to the child and its process group while it is not reaped.
+void kill(pid_t pid, int signal);
+
+// Gives the pid up (after exit_status, or when the caller stops caring).
+void release(pid_t pid);
+
+}  // namespace owned_children
+
 }  // namespace ddprun

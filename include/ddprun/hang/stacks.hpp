@@ -49,11 +49,10 @@ inline constexpr std::string_view k_no_stack_tool =
 // gets an error saying it timed out. One result per pid, in the order given.
 // Blocking: call it from a thread of its own, never from the event loop.
 //
-// `tool` is "eu-stack", "gdb", or a path to either. Each tool runs under a
-// helper cloned with exit signal 0 (not SIGCHLD), so a waitpid(-1) loop
-// elsewhere in the process (the agent's reaper) neither sees nor reaps it; a
-// tool killed at the deadline is orphaned to the nearest subreaper (the agent,
-// whose reaper then gets a pid it does not know). Each tool's output is kept up
+// `tool` is "eu-stack", "gdb", or a path to either. Each tool is a child of
+// this process owned by the calling thread (owned_children, process_tree.hpp):
+// a waitpid(-1) loop elsewhere in the process (the agent's reaper) keeps its
+// status for this thread and never reports it. Each tool's output is kept up
 // to `max_bytes`.
 std::vector<NativeStack> capture_native_stacks(const std::vector<pid_t>& pids,
                                                std::chrono::milliseconds deadline,

@@ -1,7 +1,7 @@
 // Spawning and signalling one worker process. Each worker leads its own
 // process group and is SIGKILLed by the kernel if the agent dies
 // (PR_SET_PDEATHSIG); the agent reaps (one waitpid loop, in the Agent) and
-// WorkerGroup decides. Started with vfork and execve (spawn.cpp says why).
+// WorkerGroup decides. Started by Boost.Process (base/child_process.hpp).
 #pragma once
 
 #include <sys/types.h>

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddprun/base/process_tree.hpp"
 #include "ddprun/hang/stacks.hpp"
 #include "workers/worker_fixture.hpp"
 
@@ -298,10 +299,7 @@ TEST(StackCapture, TheAgentsReaperDoesNotTakeTheTool) {
     });
     // What the agent does on every SIGCHLD, in a loop while the captures run.
     std::vector<pid_t> reaped;
-    auto reap = [&] {
-        int status = 0;
-        for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) reaped.push_back(pid);
-    };
+    auto reap = [&] { reap_exited([&](pid_t pid, int) { reaped.push_back(pid); }); };
     while (!done) {
         reap();
         std::this_thread::sleep_for(100us);
