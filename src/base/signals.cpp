@@ -53,6 +53,11 @@ sigset_t block_signals(const std::vector<int>& signals) {
     return old;
 }
 
+bool signal_ignored(int signal) {
+    struct sigaction current {};
+    return ::sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_IGN;
+}
+
 int parent_death_signal() {
     return SIGRTMIN;
 }

@@ -469,7 +469,7 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
 namespace ddprun {
 
 std::expected<CommandLine, Error> parse_command_line(const std::vector<std::string>& args,
-                                                     const Environment& env) {
+                                                     const Environment& env, bool (*ignored)(int)) {
     using namespace cli;
     Scanned scanned = scan(args);
     // Not read for --help or --version, nor after a malformed flag.
@@ -505,6 +505,7 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
     if (!defaults) return std::unexpected(defaults.error());
     auto config = build_config(settings, parsed, args, scanned, env);
     if (!config) return std::unexpected(config.error());
+    if (!settings.contains("signals_to_handle")) leave_ignored_signals(*config, ignored);
     config->scheduler = defaults->scheduler;
     config->value_sources = describe_sources(*config, settings, detected);
     command_line.config = std::move(*config);

@@ -392,6 +392,19 @@ std::optional<int> verbosity_for_level(std::string_view level) {
     return std::nullopt;
 }
 
+// nohup (SIGHUP ignored) must keep a job alive when its terminal closes, but a blocked
+// signal is queued whatever its disposition: ddprun would read it from its signalfd and
+// stop the job. So a default signal ignored at the start is left out, and stays ignored;
+// one the user names in --signals_to_handle is theirs.
+void leave_ignored_signals(LaunchConfig& config, bool (*ignored)(int)) {
+    for (std::vector<int>* list : {&config.stop_signals, &config.forward_signals})
+        std::erase_if(*list, [&](int signal) {
+            if (!ignored(signal)) return false;
+            config.ignored_signals.push_back(signal);
+            return true;
+        });
+}
+
 }  // namespace ddprun::cli
 
 namespace ddprun {

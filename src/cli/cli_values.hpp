@@ -81,6 +81,11 @@ Parsed<std::string> parse_start_method(const Setting& s);
 Parsed<NumaBinding> parse_numa_binding(const Setting& s);
 Parsed<std::string> parse_log_prefix(const Setting& s);
 
+// For default signal lists (no --signals_to_handle): moves the signals that
+// `ignored` says were ignored at the start (nohup) from config.stop_signals and
+// config.forward_signals to config.ignored_signals.
+void leave_ignored_signals(LaunchConfig& config, bool (*ignored)(int));
+
 // LOGLEVEL's value as a verbosity (-1 quiet .. 2), else nullopt.
 std::optional<int> verbosity_for_level(std::string_view level);
 

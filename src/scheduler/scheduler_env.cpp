@@ -8,6 +8,7 @@
 // a multi-node allocation's batch script) are refused with the fix.
 
 #include "ddprun/scheduler/scheduler_env.hpp"
+#include "ddprun/base/signals.hpp"
 #include "ddprun/base/text.hpp"
 
 #include <arpa/inet.h>
@@ -428,6 +429,15 @@ std::string describe_value_sources(const LaunchConfig& config) {
     for (const auto& [name, value] : config.value_sources) {
         text += fmt::format("{}{}={}", separator, name, value);
         separator = ", ";
+    }
+    if (!config.ignored_signals.empty()) {
+        std::string names;
+        for (int signal : config.ignored_signals)
+            names += (names.empty() ? "" : ",") + signal_name(signal);
+        text += fmt::format(
+            "; {} ignored when ddprun started (nohup?): left ignored, for ddprun and its workers "
+            "(--signals_to_handle naming {} stops the job on it)",
+            names, config.ignored_signals.size() == 1 ? "it" : "them");
     }
     return text;
 }

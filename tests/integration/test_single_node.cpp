@@ -784,6 +784,88 @@ TEST_F(SingleNodeSignals, SigusrIsForwardedAndTheJobContinues) {
     }
 }
 
+// nohup (SIGHUP ignored when ddprun starts) must survive the terminal's SIGHUP:
+// a signal ignored at the start stays ignored, for ddprun and its workers, unless
+// --signals_to_handle names it. Each test sends SIGHUP and then SIGUSR1, which the
+// workers wait for: ddprun reads the two in that order (the lower number first, and
+// the first sent first), so a SIGHUP it acted on would have stopped the job, exit
+// 129, before the workers saw SIGUSR1.
+class SingleNodeNohup : public IntegrationTest {
+  protected:
+    std::unique_ptr<DdprunProcess> start_ignoring_hup(std::vector<std::string> flags,
+                                                      bool through_trap) {
+        std::vector<std::string> args =
+            job(std::move(flags), {"ready", path("ready.{rank}"), "wait-signal", "print", "1"});
+        RunOptions options;
+        if (through_trap) {
+            // A parent shell's `trap '' HUP`, then exec: what a wrapper script does.
+            std::string command = "trap '' HUP; exec '" + k_ddprun + "'";
+            for (const std::string& arg : args) command += " '" + arg + "'";
+            options.program = "/bin/sh";
+            args = {"-c", command};
+        } else {
+            options.program = "/usr/bin/nohup";
+            args.insert(args.begin(), k_ddprun);
+        }
+        return start(args, options);
+    }
+
+    void expect_job_survives(DdprunProcess& ddprun) {
+        wait_ready(m_dir, 2, ddprun);
+        if (HasFatalFailure()) return;
+        ddprun.send_signal(SIGHUP);
+        ddprun.send_signal(SIGUSR1);
+        auto r = ddprun.wait();
+        ASSERT_FALSE(r.timed_out) << r.describe();
+        EXPECT_EQ(r.exit_code, 0) << r.describe();
+        EXPECT_EQ(r.err.find("SIGHUP;"), std::string::npos) << r.describe();
+        auto out = lines_by_rank(r.out);
+        for (int rank = 0; rank < 2; ++rank)
+            EXPECT_EQ(lines_of(out, rank), (std::vector<std::string>{
+                                               "got SIGUSR1", fmt::format("line 0 rank {}", rank)}))
+                << r.describe();
+    }
+};
+
+TEST_F(SingleNodeNohup, UnderNohupSighupLeavesTheJobRunning) {
+    auto ddprun = start_ignoring_hup({"--nproc_per_node=2"}, false);
+    expect_job_survives(*ddprun);
+}
+
+TEST_F(SingleNodeNohup, UnderAShellsTrapSighupLeavesTheJobRunning) {
+    auto ddprun = start_ignoring_hup({"--nproc_per_node=2"}, true);
+    expect_job_survives(*ddprun);
+}
+
+// The workers still ignore SIGHUP (they inherit that, as under torchrun): the stop
+// reaches them as SIGHUP and then SIGKILL after the grace.
+TEST_F(SingleNodeNohup, NamedInSignalsToHandleSighupStopsTheJob) {
+    auto ddprun = start_ignoring_hup(
+        {"--nproc_per_node=2", "--signals_to_handle=SIGTERM,SIGHUP", "--shutdown_timeout=1"},
+        false);
+    wait_ready(m_dir, 2, *ddprun);
+    ddprun->send_signal(SIGHUP);
+    auto r = ddprun->wait();
+    ASSERT_FALSE(r.timed_out) << r.describe();
+    EXPECT_EQ(r.exit_code, 128 + SIGHUP) << r.describe();
+    EXPECT_NE(r.err.find("received SIGHUP"), std::string::npos) << r.describe();
+}
+
+TEST_F(SingleNodeNohup, DryRunSaysTheSignalStaysIgnored) {
+    RunOptions options;
+    options.program = "/usr/bin/nohup";
+    auto r = start({k_ddprun, "--dry-run", "--nproc_per_node=1", "true"}, options)->wait();
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_NE(r.out.find("; SIGHUP ignored when ddprun started (nohup?): left ignored, for "
+                         "ddprun and its workers (--signals_to_handle naming it stops the job on "
+                         "it)"),
+              std::string::npos)
+        << r.describe();
+    // Without nohup, nothing of the kind.
+    auto plain = start({"--dry-run", "--nproc_per_node=1", "true"})->wait();
+    EXPECT_EQ(plain.out.find("ignored when ddprun started"), std::string::npos) << plain.describe();
+}
+
 // --- cleanup ------------------------------------------------------------------
 
 TEST_F(SingleNodeCleanup, SigkillOfDdprunLeavesNoWorkerOrGrandchild) {

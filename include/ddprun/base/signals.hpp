@@ -24,6 +24,10 @@ std::optional<int> signal_number(std::string_view name);
 // Throws std::system_error if the mask cannot be changed.
 sigset_t block_signals(const std::vector<int>& signals);
 
+// Whether `signal` is ignored (SIG_IGN) in this process now: what nohup and
+// `trap '' HUP` leave to the programs they start.
+bool signal_ignored(int signal);
+
 // The signal the agent receives when its supervisor dies (PR_SET_PDEATHSIG).
 int parent_death_signal();
 

@@ -9,6 +9,7 @@
 
 #include "ddprun/base/environment.hpp"
 #include "ddprun/base/error.hpp"
+#include "ddprun/base/signals.hpp"
 #include "ddprun/config/config.hpp"
 
 namespace ddprun {
@@ -26,9 +27,12 @@ struct CommandLine {
 
 // args: argv[1..]. env: the process environment (DDPRUN_<NAME>, PET_<NAME>,
 // LOGLEVEL, PYTHON_EXEC are read from it). Reads the job file that --config or
-// DDPRUN_CONFIG names, and nothing else.
+// DDPRUN_CONFIG names, and nothing else. `ignored` says which signals were
+// ignored when ddprun started (signal_ignored; tests pass their own): those
+// stay ignored unless --signals_to_handle names them (config.ignored_signals).
 std::expected<CommandLine, Error> parse_command_line(const std::vector<std::string>& args,
-                                                     const Environment& env);
+                                                     const Environment& env,
+                                                     bool (*ignored)(int) = signal_ignored);
 
 // Writes --write-config's job file whole (a temporary file renamed over FILE,
 // so a job never reads half of one) and says so on stderr.

@@ -128,6 +128,9 @@ struct LaunchConfig {
     std::chrono::milliseconds shutdown_timeout{30000};
     std::vector<int> stop_signals;     // signals that stop the job (forwarded first)
     std::vector<int> forward_signals;  // signals only forwarded (SIGUSR1/SIGUSR2 by default)
+    // Default signals ddprun leaves alone: they were ignored when it started (nohup, trap ''
+    // HUP), so they stay ignored for ddprun and its workers. Never one named by the user.
+    std::vector<int> ignored_signals;
     // --hang-timeout / --hang-timeout-first (hang_monitor.hpp): 0 is off. With it on,
     // every worker gets DDPRUN_PROGRESS_FD, and Python workers PYTHONFAULTHANDLER=1.
     std::chrono::milliseconds hang_timeout{0};

@@ -19,8 +19,14 @@ namespace {
 using Args = std::vector<std::string>;
 using Check = std::function<void(const LaunchConfig&)>;
 
+// The tests' signal dispositions are not the job's: no signal was ignored at the start
+// (the tests may themselves run under nohup).
+bool none_ignored(int) {
+    return false;
+}
+
 LaunchConfig parse_ok(const Args& args, const Environment& env = {}) {
-    auto parsed = parse_command_line(args, env);
+    auto parsed = parse_command_line(args, env, none_ignored);
     EXPECT_TRUE(parsed.has_value()) << (parsed ? "" : parsed.error().message);
     if (!parsed) return {};
     EXPECT_EQ(parsed->action, CommandLine::Action::Run);
@@ -28,7 +34,7 @@ LaunchConfig parse_ok(const Args& args, const Environment& env = {}) {
 }
 
 std::string parse_error(const Args& args, const Environment& env = {}) {
-    auto parsed = parse_command_line(args, env);
+    auto parsed = parse_command_line(args, env, none_ignored);
     EXPECT_FALSE(parsed.has_value()) << "accepted: " << ::testing::PrintToString(args);
     if (parsed) return {};
     EXPECT_EQ(parsed.error().message.find('\n'), std::string::npos)
@@ -449,6 +455,26 @@ TEST(CliShape, SignalsToHandleDecideWhatIsOnlyForwarded) {
     EXPECT_EQ(c.forward_signals, std::vector<int>{SIGUSR2});
     c = parse_ok({"--signals_to_handle=SIGUSR2,SIGUSR1", "./t"});
     EXPECT_TRUE(c.forward_signals.empty());
+}
+
+// nohup: a default signal ignored when ddprun starts stays ignored (and is said to);
+// one the user names, by flag or variable, is handled.
+TEST(CliSignals, ASignalIgnoredAtTheStartStaysIgnoredUnlessNamed) {
+    auto hup_and_usr2_ignored = [](int signal) { return signal == SIGHUP || signal == SIGUSR2; };
+    auto parsed = parse_command_line({"./t"}, {}, hup_and_usr2_ignored);
+    ASSERT_TRUE(parsed.has_value());
+    EXPECT_EQ(parsed->config.stop_signals, (std::vector<int>{SIGTERM, SIGINT, SIGQUIT}));
+    EXPECT_EQ(parsed->config.forward_signals, std::vector<int>{SIGUSR1});
+    EXPECT_EQ(parsed->config.ignored_signals, (std::vector<int>{SIGHUP, SIGUSR2}));
+    for (const auto& [args, env] : std::vector<std::pair<Args, Environment>>{
+             {{"--signals_to_handle=SIGTERM,SIGHUP", "./t"}, {}},
+             {{"./t"}, {{"PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGHUP"}}}}) {
+        auto named = parse_command_line(args, env, hup_and_usr2_ignored);
+        ASSERT_TRUE(named.has_value());
+        EXPECT_EQ(named->config.stop_signals, (std::vector<int>{SIGTERM, SIGHUP}));
+        EXPECT_EQ(named->config.forward_signals, (std::vector<int>{SIGUSR1, SIGUSR2}));
+        EXPECT_TRUE(named->config.ignored_signals.empty());
+    }
 }
 
 TEST(CliSignals, ParseSignalList) {
