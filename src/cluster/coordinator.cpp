@@ -199,6 +199,17 @@ Coordinator::~Coordinator() {
             spdlog::debug("revoking this agent's etcd lease: {}", e.what());
         }
     }
+    if (m_entry && !m_options.elastic && m_entered_round >= 0) {
+        try {
+            if (count_out_of_run(*m_store->clone(), *m_options.etcd, m_options.run_id, nnodes()))
+                spdlog::debug("the last node out: removed the run's etcd keys");
+        } catch (const StoreError& e) {
+            spdlog::debug(
+                "counting this node out of the run (its keys then go with their "
+                "leases): {}",
+                e.what());
+        }
+    }
 }
 
 bool Coordinator::threads_return(std::chrono::milliseconds bound) {

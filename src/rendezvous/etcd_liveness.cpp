@@ -181,4 +181,16 @@ std::vector<int> EtcdLiveness::missing(const std::vector<int>& watched) {
     return absent;
 }
 
+bool count_out_of_run(Store& store, const EtcdStoreOptions& options, const std::string& run_id,
+                      int nnodes) {
+    // Under the run's keys, so it goes with them ("ddprun/<run>/..." is the store's name
+    // for "<prefix><run>/...").
+    if (store.add(fmt::format("ddprun/{}/out", run_id), 1) < nnodes) return false;
+    const std::string prefix = options.prefix + run_id + "/";
+    EtcdClient(options.client)
+        .call("/v3/kv/deleterange",
+              {{"key", etcd_base64(prefix)}, {"range_end", etcd_base64(prefix_end(prefix))}});
+    return true;
+}
+
 }  // namespace ddprun

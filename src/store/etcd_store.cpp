@@ -77,7 +77,9 @@ class EtcdStore final : public Store {
         : m_options(std::move(options)), m_client(m_options.client), m_id(make_counter_id()) {}
 
     void set(const std::string& key, const std::string& value) override {
-        m_client.call("/v3/kv/put", {{"key", encoded(key)}, {"value", etcd_base64(value)}});
+        json request = {{"key", encoded(key)}, {"value", etcd_base64(value)}};
+        if (m_options.lease) request["lease"] = std::to_string(m_options.lease->id());
+        m_client.call("/v3/kv/put", request);
     }
 
     std::string get(const std::string& key) override {
@@ -237,8 +239,10 @@ class EtcdStore final : public Store {
     }
     std::string key_end(const std::string& key) const { return etcd_key(key) + "\x01"; }
 
-    static json put_raw(const std::string& etcd_key, const std::string& value) {
-        return {{"request_put", {{"key", etcd_base64(etcd_key)}, {"value", etcd_base64(value)}}}};
+    json put_raw(const std::string& etcd_key, const std::string& value) const {
+        json request = {{"key", etcd_base64(etcd_key)}, {"value", etcd_base64(value)}};
+        if (m_options.lease) request["lease"] = std::to_string(m_options.lease->id());
+        return {{"request_put", std::move(request)}};
     }
     json put(const std::string& key, const std::string& value) const {
         return put_raw(etcd_key(key), value);

@@ -274,31 +274,78 @@ TEST_F(EtcdTest, AStrayWriterUnderThePrefixGivesOneLineNeverACrash) {
     }
 }
 
-// A job run again under the run id of one that ended on the same etcd (whose keys
-// outlive it): one line, exit 75, no worker, the old records left alone. Fixed-size
-// (ranks given, then assigned) and elastic.
-TEST_F(EtcdTest, AJobRunAgainUnderTheSameRunIdIsOneLine) {
-    Job job;
-    auto first = run_nodes(job, {{.addr = "127.0.0.1", .actions = {"exit", "0"}},
-                                 {.addr = "127.0.0.2", .actions = {"exit", "0"}}});
-    ASSERT_EQ(exit_codes(first), (std::vector<int>{0, 0})) << describe_all(first);
-    const auto workers = recorded_pids().size();
-    for (bool assigned : {false, true}) {
-        SCOPED_TRACE(assigned ? "ranks assigned" : "ranks given");
-        auto again = run_nodes(
-            job, {{.node_rank = assigned ? -1 : 0, .addr = "127.0.0.1", .actions = {"exit", "0"}},
-                  {.node_rank = assigned ? -1 : 1, .addr = "127.0.0.2", .actions = {"exit", "0"}}});
-        EXPECT_EQ(exit_codes(again), (std::vector<int>{k_rendezvous_exit, k_rendezvous_exit}))
-            << describe_all(again);
-        for (const auto& result : again)
-            EXPECT_EQ(own_lines_with(result.err, {"round 0 of run", "already ran and ended",
-                                                  "give this job its own --rdzv_id"})
-                          .size(),
-                      1u)
-                << describe_all(again);
-    }
-    EXPECT_EQ(recorded_pids().size(), workers) << "no worker may start";
+// The keys under this test's run id, now.
+std::int64_t run_keys(const std::string& run_id) {
+    ddprun::EtcdClient client({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
+    const std::string prefix = "/ddprun/" + run_id + "/";
+    std::string end = prefix;
+    end.back() = static_cast<char>(end.back() + 1);
+    auto answer = client.call("/v3/kv/range", {{"key", ddprun::etcd_base64(prefix)},
+                                               {"range_end", ddprun::etcd_base64(end)},
+                                               {"count_only", true}});
+    return ddprun::etcd_int64(answer, "count");
+}
 
+// A fixed-size job's keys go when it ends, however it ends, and its run id can be
+// used again at once: runs in a row under one id, ranks given and assigned, one failing.
+TEST_F(EtcdTest, AFixedSizeJobLeavesNoKeyAndItsRunIdRunsAgain) {
+    Job job;
+    struct Run {
+        bool assigned;
+        int expected;  // rank 3's exit code, and so the job's
+    };
+    for (const Run& run :
+         {Run{false, 0}, Run{true, 0}, Run{false, 3}, Run{true, 0}, Run{false, 0}}) {
+        SCOPED_TRACE(fmt::format("ranks {}, rank 3 exits {}", run.assigned ? "assigned" : "given",
+                                 run.expected));
+        const std::vector<std::string> actions = {
+            "if-rank", "3", "exit", std::to_string(run.expected), "exit", "0"};
+        auto r = run_nodes(
+            job, {{.node_rank = run.assigned ? -1 : 0, .addr = "127.0.0.1", .actions = actions},
+                  {.node_rank = run.assigned ? -1 : 1, .addr = "127.0.0.2", .actions = actions}});
+        if (run.expected == 0) {
+            ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+        } else {
+            // A worker's failure: every node stops with the failing worker's code.
+            ASSERT_EQ(exit_codes(r), (std::vector<int>{run.expected, run.expected}))
+                << describe_all(r);
+        }
+        EXPECT_EQ(run_keys(m_run_id), 0) << describe_all(r);
+    }
+}
+
+// The keys of a job whose agents were all SIGKILLed (no agent counts out) go with
+// their leases: 2 x heartbeat_timeout + exit_barrier_timeout after the last renewal.
+TEST_F(EtcdTest, TheKeysOfAJobWhoseAgentsAllDiedGoWithTheirLeases) {
+    Job job;
+    job.conf["heartbeat_timeout"] = "2";
+    job.conf["exit_barrier_timeout"] = "2";
+    const auto bound = 2 * 2s + 2s;
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    for (const char* addr : {"127.0.0.1", "127.0.0.2"})
+        agents.push_back(start_node(
+            job, {.addr = addr, .actions = {"ready", path("ready.{rank}"), "sleep", "120"}}));
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    EXPECT_GT(run_keys(m_run_id), 0);
+    for (auto& agent : agents) kill_node(*agent);
+    const auto killed = std::chrono::steady_clock::now();
+    auto r = wait_nodes(agents);
+    EXPECT_TRUE(wait_until([&] { return run_keys(m_run_id) == 0; }, bound + 10s))
+        << run_keys(m_run_id) << " keys left " << (bound + 10s).count() << " s after the kill\n"
+        << describe_all(r);
+    std::cerr << "the dead job's keys went "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - killed)
+                     .count()
+              << " ms after the kill (the leases' TTL: "
+              << std::chrono::duration_cast<std::chrono::seconds>(bound).count() << " s)\n";
+}
+
+// An elastic job's keys still outlive it (its records are not bound to leases yet):
+// a job run again under the run id of one that ended on the same etcd is one line,
+// exit 75, no worker, the old records left alone.
+TEST_F(EtcdTest, AnElasticJobRunAgainUnderTheSameRunIdIsOneLine) {
     m_run_id += "-elastic";
     Job elastic;
     elastic.min_nnodes = 1;

@@ -92,4 +92,13 @@ class EtcdLiveness {
     std::int64_t m_revision = 0;  // watched from here on
 };
 
+// A fixed-size job's end over etcd, for each agent that took part in it (its
+// join succeeded), once its threads are done with the store: counts this agent
+// out, and the last of `nnodes` out deletes every key of the run in one
+// request (the prefix and the run id), so that the id can be used again. An
+// agent that died never counts out: the job's keys then go with their leases
+// (etcd_lease.hpp). Returns whether this agent deleted them. Throws StoreError.
+bool count_out_of_run(Store& store, const EtcdStoreOptions& options, const std::string& run_id,
+                      int nnodes);
+
 }  // namespace ddprun

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ddprun/store/etcd_client.hpp"
+#include "ddprun/store/etcd_lease.hpp"
 #include "ddprun/store/store.hpp"
 
 namespace ddprun {
@@ -16,6 +17,9 @@ namespace ddprun {
 struct EtcdStoreOptions {
     EtcdOptions client;               // the cluster's members and each call's bound
     std::string prefix = "/ddprun/";  // --rdzv_conf prefix
+    // Every key written is bound to it (etcd_lease.hpp), shared by the store's clones;
+    // none: the keys stay until deleted.
+    std::shared_ptr<EtcdKeyLease> lease;
 };
 
 // Opens the store and makes one call, so that no etcd at the endpoints (or a
