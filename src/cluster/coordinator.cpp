@@ -26,6 +26,7 @@ constexpr std::chrono::milliseconds k_wait_slice{500};
 // Abandoning such a thread let it post to the agent's loop after it was gone: SIGSEGV
 // of a thawed agent, found by stress.sh.
 constexpr std::chrono::milliseconds k_settle_bound{3000};
+constexpr std::chrono::milliseconds k_killed_bound{1000};  // leave_at_once()
 
 }  // namespace
 
@@ -155,7 +156,9 @@ bool Coordinator::settle() {
         if (m_entry) m_entry->cancel();
         if (m_watch_store) m_watch_store->cancel();
     }
-    if (!store_stalled() || threads_return(k_settle_bound)) return m_settled = true;
+    if (m_at_once ? threads_return(k_killed_bound)
+                  : (!store_stalled() || threads_return(k_settle_bound)))
+        return m_settled = true;
     abandon();
     if (m_leader) m_leader->abandon();
     return false;

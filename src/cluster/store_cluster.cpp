@@ -468,6 +468,7 @@ void StoreCluster::end_round(bool killed) {
     }
     // Killed: leave at once, the others learn it from the failure record or the heartbeats.
     if (killed) {
+        m_coordinator->leave_at_once();
         m_coordinator->end_round(m_round, m_node_rank, 0ms);
         return;
     }

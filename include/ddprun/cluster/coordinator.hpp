@@ -150,6 +150,10 @@ class Coordinator {
     // The agent gave up waiting for a store call (e.g. a join to a listener that
     // never answers): treat the store as stalled from now on.
     void abandon();
+    // The agent was killed (its supervisor or its --hosts link is gone): what it still
+    // publishes is best effort, and its end waits at most k_killed_bound for the threads
+    // that call the store (a store whose host died too costs reconnects: issue 31).
+    void leave_at_once() { m_at_once = true; }
     // Ends `coordinator`: destroyed once its threads return, or, if one stays blocked in
     // a store call past k_settle_bound, abandoned with its threads to the process's exit.
     // Never freed under them: a call that returns late finds the object it uses still
@@ -220,6 +224,7 @@ class Coordinator {
     // The round whose key m_entry put, under which lease, at which revision: the heartbeat
     // thread follows it (the revision and lease are stored before the round).
     std::atomic<int> m_entered_round{-1};
+    std::atomic<bool> m_at_once{false};  // leave_at_once()
     std::atomic<std::int64_t> m_entered_lease{0};
     std::atomic<std::int64_t> m_entered_revision{0};
     // Elastic on etcd: who leads, and the revision at which that was learnt.
