@@ -204,7 +204,7 @@ Coordinator::~Coordinator() {
     }
     if (m_entry && !m_options.elastic && m_entered_round >= 0) {
         try {
-            if (count_out_of_run(*m_store->clone(), *m_options.etcd, m_options.run_id, nnodes()))
+            if (count_out_of_run(*m_options.etcd, m_options.run_id, nnodes()))
                 spdlog::debug("the last node out: removed the run's etcd keys");
         } catch (const StoreError& e) {
             spdlog::debug(

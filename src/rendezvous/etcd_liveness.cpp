@@ -181,11 +181,14 @@ std::vector<int> EtcdLiveness::missing(const std::vector<int>& watched) {
     return absent;
 }
 
-bool count_out_of_run(Store& store, const EtcdStoreOptions& options, const std::string& run_id,
-                      int nnodes) {
+bool count_out_of_run(EtcdStoreOptions options, const std::string& run_id, int nnodes) {
+    // On the way out: an etcd that stopped answering must not hold the agent's exit.
+    options.client.timeout =
+        std::min<std::chrono::milliseconds>(options.client.timeout, std::chrono::seconds(2));
     // Under the run's keys, so it goes with them ("ddprun/<run>/..." is the store's name
     // for "<prefix><run>/...").
-    if (store.add(fmt::format("ddprun/{}/out", run_id), 1) < nnodes) return false;
+    if (open_etcd_store(options)->add(fmt::format("ddprun/{}/out", run_id), 1) < nnodes)
+        return false;
     const std::string prefix = options.prefix + run_id + "/";
     EtcdClient(options.client)
         .call("/v3/kv/deleterange",

@@ -22,8 +22,9 @@ namespace {
 
 class FileTimer : public IntegrationTest {};
 
-// The worker: every rank holds a scope it releases in time; rank `hung` then
-// enters one of 1 s and hangs in it.
+// The worker: every rank holds a scope it releases in time; rank `hung` then,
+// once every rank has said so (a file each beside the script), enters one of 1 s
+// and hangs in it.
 const char* const k_worker_script = R"(import os, sys, time
 from torch.distributed.elastic.timer import FileTimerClient, configure, expires
 
@@ -34,7 +35,13 @@ with expires(after=1, scope="warmup"):
     pass
 time.sleep(1.5)  # past the released scope's expiration: it must not fire
 print(f"released rank {rank}", flush=True)
+# Every rank's release is printed before the hang's stop can cut one short.
+here = os.path.dirname(os.path.abspath(sys.argv[0]))
+open(os.path.join(here, f"released.{rank}"), "w").close()
 if rank == hung:
+    world = int(os.environ["WORLD_SIZE"])
+    while not all(os.path.exists(os.path.join(here, f"released.{r}")) for r in range(world)):
+        time.sleep(0.01)
     with expires(after=1, scope="step"):
         print(f"hanging rank {rank}", flush=True)
         time.sleep(60)

@@ -98,7 +98,6 @@ class EtcdLiveness {
 // request (the prefix and the run id), so that the id can be used again. An
 // agent that died never counts out: the job's keys then go with their leases
 // (etcd_lease.hpp). Returns whether this agent deleted them. Throws StoreError.
-bool count_out_of_run(Store& store, const EtcdStoreOptions& options, const std::string& run_id,
-                      int nnodes);
+bool count_out_of_run(EtcdStoreOptions options, const std::string& run_id, int nnodes);
 
 }  // namespace ddprun
