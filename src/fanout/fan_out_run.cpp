@@ -27,9 +27,9 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/child_process.hpp"
 #include "ddprun/base/exit_codes.hpp"
 #include "ddprun/base/fd.hpp"
-#include "ddprun/base/child_process.hpp"
 #include "ddprun/base/line_splitter.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/process_tree.hpp"

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ddprun/base/exit_codes.hpp"
 #include "ddprun/base/child_process.hpp"
+#include "ddprun/base/exit_codes.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/signals.hpp"
 #include "ddprun/devices/binding.hpp"
