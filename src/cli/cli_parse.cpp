@@ -64,31 +64,42 @@ std::string_view bare_key(std::string_view key) {
     return key;
 }
 
-// "job.toml:3", the line of `path` that sets `key` (either spelling; for a key
+// The job file's lines, read once for every message that names one (CLI11 reads
+// the file itself); none when it cannot be read, which CLI11 then reports.
+std::vector<std::string> lines_of(const std::string& path) {
+    std::vector<std::string> lines;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+    return lines;
+}
+
+// The key a line sets ("" for none).
+std::string_view key_of(std::string_view line) {
+    return bare_key(line.substr(0, line.find('=')));
+}
+
+// "job.toml:3", the line of the file that sets `key` (either spelling; for a key
 // in a [section], its last part): CLI11's items do not keep their line, and a
 // message must name it. Just the path if no line matches.
-std::string origin_of(const std::string& path, std::string_view key) {
+std::string origin_of(const JobFile& file, const std::vector<std::string>& lines,
+                      std::string_view key) {
     std::string_view tail =
         key.substr(key.rfind('.') == std::string_view::npos ? 0 : key.rfind('.') + 1);
-    std::ifstream in(path);
-    std::string line;
-    for (std::size_t number = 1; std::getline(in, line); ++number) {
-        std::string_view name = bare_key(std::string_view(line).substr(0, line.find('=')));
+    for (std::size_t at = 0; at < lines.size(); ++at) {
+        std::string_view name = key_of(lines[at]);
         if (name == key || name == tail || alternate_spelling(name) == key)
-            return fmt::format("{}:{}", path, number);
+            return fmt::format("{}:{}", file.path, at + 1);
     }
-    return path;
+    return file.path;
 }
 
 // What CLI11 would read without a word, and wrong: a [section] (its keys are
 // then a subcommand's, which ddprun has none of, and are dropped), and a '#'
 // inside a quoted value (CLI11 2.1 ends the value there, as a comment). One
 // line naming where, before CLI11 reads the file; an unreadable file is left to it.
-std::optional<Error> misread_line(const JobFile& file) {
-    std::ifstream in(file.path);
-    std::string text;
-    for (std::size_t number = 1; std::getline(in, text); ++number) {
-        std::string_view line = trim(text);
+std::optional<Error> misread_line(const JobFile& file, const std::vector<std::string>& lines) {
+    for (std::size_t number = 1; number <= lines.size(); ++number) {
+        std::string_view line = trim(lines[number - 1]);
         if (line.starts_with('['))
             return usage_error(
                 fmt::format("{}:{}: {}: a job file has no sections (write its keys at the top)",
@@ -124,11 +135,9 @@ Error unreadable(const JobFile& file) {
 }
 
 // CLI11 refused a key that names an option, so it is one a file may not set.
-Error not_for_a_file(const JobFile& file) {
-    std::ifstream in(file.path);
-    std::string line;
-    for (std::size_t number = 1; std::getline(in, line); ++number) {
-        std::string_view name = bare_key(std::string_view(line).substr(0, line.find('=')));
+Error not_for_a_file(const JobFile& file, const std::vector<std::string>& lines) {
+    for (std::size_t number = 1; number <= lines.size(); ++number) {
+        std::string_view name = key_of(lines[number - 1]);
         for (std::string_view option : k_command_line_only)
             if (name == option || alternate_spelling(name) == option)
                 return usage_error(fmt::format(
@@ -138,7 +147,8 @@ Error not_for_a_file(const JobFile& file) {
     return usage_error(fmt::format("{}: a key is for the command line, not a job file", file.path));
 }
 
-Error unknown_key(const JobFile& file, const std::string& key) {
+Error unknown_key(const JobFile& file, const std::vector<std::string>& lines,
+                  const std::string& key) {
     std::string hint = closest_flag(key);
     if (!hint.empty())
         hint = fmt::format("did you mean {}?", hint.substr(2));
@@ -147,7 +157,7 @@ Error unknown_key(const JobFile& file, const std::string& key) {
     else
         hint = "a key is the long name of a flag of ddprun --help, e.g. nproc_per_node = 8";
     return usage_error(
-        fmt::format("{}: unknown key {} ({})", origin_of(file.path, key), key, hint));
+        fmt::format("{}: unknown key {} ({})", origin_of(file, lines, key), key, hint));
 }
 
 // --write-config's text: each option given, from the command line or the job
@@ -254,14 +264,15 @@ std::expected<ParsedOptions, Error> parse_options(const Scanned& scanned,
     }
     if (file) args.insert(args.end(), {"--config", file->path});
     std::reverse(args.begin(), args.end());
+    const std::vector<std::string> lines = file ? lines_of(file->path) : std::vector<std::string>{};
     if (file)
-        if (auto misread = misread_line(*file)) return std::unexpected(*misread);
+        if (auto misread = misread_line(*file, lines)) return std::unexpected(*misread);
     try {
         app.parse(args);
     } catch (const CLI::FileError&) {
         return std::unexpected(unreadable(*file));
     } catch (const CLI::ConfigError&) {
-        return std::unexpected(not_for_a_file(*file));
+        return std::unexpected(not_for_a_file(*file, lines));
     } catch (const CLI::ParseError& error) {
         // A job file's value CLI11 cannot take (a flag's `= maybe`); the command line's
         // are well-formed, so there it means scan() and CLI11 disagree: one line still.
@@ -269,7 +280,7 @@ std::expected<ParsedOptions, Error> parse_options(const Scanned& scanned,
             "{}: {}", file ? file->path : std::string("cannot parse the options"), error.what())));
     }
     if (std::vector<std::string> extra = app.remaining(); !extra.empty())
-        return std::unexpected(unknown_key(*file, extra.front()));
+        return std::unexpected(unknown_key(*file, lines, extra.front()));
 
     ParsedOptions parsed;
     parsed.given.resize(options.size());
@@ -281,7 +292,7 @@ std::expected<ParsedOptions, Error> parse_options(const Scanned& scanned,
         g.count = options[i]->count();
         if (scanned.spelling.contains(spec.name)) continue;  // the command line's
         if (spec.name == "config") continue;                 // DDPRUN_CONFIG's
-        g.origin = origin_of(file->path, spec.name);
+        g.origin = origin_of(*file, lines, spec.name);
         if (spec.name == "env") continue;
         // One value, as the command line would give it: an unquoted a,b list is one string
         // again, and a flag's true, false or count is kept for its parser.
