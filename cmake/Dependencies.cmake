@@ -17,11 +17,24 @@ if(POLICY CMP0167)
 endif()
 # Process v2 (the workers' launcher) is in Boost 1.80 and later: Debian 12's
 # libboost1.81-dev, libboost-dev on Debian 13 and sid.
-find_package(Boost 1.80 REQUIRED)
+# Up to some 1.8x its implementation comes with the headers (.ipp files, used
+# header-only); later Boost (sid's 1.92) ships it only as libboost_process
+# (Debian's libboost-process-dev), which is then linked.
+find_package(Boost 1.80 REQUIRED OPTIONAL_COMPONENTS process)
 add_library(ddprun_boost INTERFACE)
 target_link_libraries(ddprun_boost INTERFACE Boost::headers)
 target_compile_definitions(ddprun_boost INTERFACE BOOST_ASIO_NO_DEPRECATED
-                           BOOST_PROCESS_USE_STD_FS BOOST_PROCESS_V2_HEADER_ONLY)
+                           BOOST_PROCESS_USE_STD_FS)
+find_file(DDPRUN_BOOST_PROCESS_IPP boost/process/v2/posix/detail/close_handles.ipp
+          PATHS ${Boost_INCLUDE_DIRS} NO_DEFAULT_PATH)
+if(DDPRUN_BOOST_PROCESS_IPP)
+  target_compile_definitions(ddprun_boost INTERFACE BOOST_PROCESS_V2_HEADER_ONLY)
+elseif(TARGET Boost::process)
+  target_link_libraries(ddprun_boost INTERFACE Boost::process)
+else()
+  message(FATAL_ERROR "Boost ${Boost_VERSION} has Boost.Process only as a library: install "
+                      "libboost-process-dev")
+endif()
 # The command line and the job file (--config): CLI11 is header-only.
 find_package(CLI11 2.1 REQUIRED)
 # The OpenSSL plugin (etcd's HTTP and TLS, HMAC-SHA256; libssl-dev). Only the

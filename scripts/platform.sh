@@ -59,7 +59,8 @@ fail() {
 # or fuzzing: those do not depend on libtorch and run in the Debian 12 suite).
 packages=(
   build-essential cmake git
-  libspdlog-dev libfmt-dev libcli11-dev libboost-dev nlohmann-json3-dev libssl-dev
+  libspdlog-dev libfmt-dev libcli11-dev libboost-dev libboost-process-dev nlohmann-json3-dev
+  libssl-dev
   libgtest-dev libgmock-dev googletest
   libtorch-dev libgloo-dev
   python3 python3-torch
