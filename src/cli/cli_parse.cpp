@@ -162,8 +162,9 @@ Error unknown_key(const JobFile& file, const std::vector<std::string>& lines,
 
 // --write-config's text: each option given, from the command line or the job
 // file, set on CLI11's option again in canonical form so that CLI11 writes it.
-// Read back at once: a value CLI11's reader would take differently (it takes
-// a '#' for a comment even inside quotes) is an error now, not a wrong job later.
+// Read back at once: a value CLI11's reader would take differently (CLI11 2.1
+// takes a '#' for a comment even inside quotes; 2.6 does not) is an error now,
+// not a wrong job later.
 std::expected<std::string, Error> job_file_text(CLI::App& app,
                                                 const std::vector<CLI::Option*>& options,
                                                 const GivenOptions& given) {
@@ -191,10 +192,10 @@ std::expected<std::string, Error> job_file_text(CLI::App& app,
         std::vector<std::string> expected = (*it)->results();
         if (item.inputs != expected)
             return std::unexpected(usage_error(fmt::format(
-                "--write-config: {}={}: would not read back the same from a job file (CLI11 takes "
-                "'#' for a comment, and a quote for the end of a value); give it on the command "
-                "line",
-                item.name, expected.empty() ? "" : expected.back())));
+                "--write-config: {}={}: this CLI11 would read it back from a job file as '{}'; "
+                "give it on the command line",
+                item.name, expected.empty() ? "" : expected.back(),
+                item.inputs.empty() ? "" : item.inputs.back())));
     }
     return "# A ddprun job file: ddprun --config FILE PROGRAM [ARGS...]. A flag on the\n"
            "# command line wins over a line here, a line here over the environment.\n" +

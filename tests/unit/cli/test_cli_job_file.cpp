@@ -242,10 +242,18 @@ TEST_F(CliJobFile, WriteConfigRoundTrips) {
     EXPECT_EQ(copied.fan_out.env, read.fan_out.env);
 
     // What would not read back is refused when writing, not misread later.
-    EXPECT_EQ(parse_error({"--rdzv_id", "run#3", "--write-config", out}),
-              "--write-config: rdzv_id=run#3: would not read back the same from a job file "
-              "(CLI11 takes '#' for a comment, and a quote for the end of a value); give it on "
-              "the command line");
+    // CLI11 2.1 (Debian 12) reads a '#' inside quotes as a comment; 2.6 (sid)
+    // reads it back whole, so there the file is written and must read back.
+    const std::string hash = (m_dir.path() / "hash.toml").string();
+    auto hashed = parse_command_line({"--rdzv_id", "run#3", "--write-config", hash}, {});
+    if (hashed) {
+        ASSERT_TRUE(write_job_file(hash, hashed->job_file));
+        EXPECT_EQ(parse_ok({"--config", hash, "./t"}).config.rdzv_id, "run#3");
+    } else {
+        EXPECT_EQ(hashed.error().message,
+                  "--write-config: rdzv_id=run#3: this CLI11 would read it back from a job file "
+                  "as '\"run'; give it on the command line");
+    }
     EXPECT_EQ(write_job_file(m_dir.path().string() + "/none/x.toml", "nnodes=1\n").error().message,
               "--write-config=" + m_dir.path().string() +
                   "/none/x.toml: cannot write it: No such file or directory (give a path in a "
