@@ -93,10 +93,22 @@ std::string origin_of(const JobFile& file, const std::vector<std::string>& lines
     return file.path;
 }
 
+// Whether the CLI11 built in reads a '#' inside quotes as part of the value:
+// 2.6 (sid) does; 2.1 (Debian 12) ends the value there, as a comment. Asked of
+// CLI11 itself, once, rather than guessed from its version.
+bool keeps_hash_in_quotes() {
+    static const bool keeps = [] {
+        std::istringstream text("k = \"a#b\"\n");
+        const std::vector<CLI::ConfigItem> items = CLI::ConfigTOML().from_config(text);
+        return items.size() == 1 && items[0].inputs == std::vector<std::string>{"a#b"};
+    }();
+    return keeps;
+}
+
 // What CLI11 would read without a word, and wrong: a [section] (its keys are
 // then a subcommand's, which ddprun has none of, and are dropped), and a '#'
-// inside a quoted value (CLI11 2.1 ends the value there, as a comment). One
-// line naming where, before CLI11 reads the file; an unreadable file is left to it.
+// inside a quoted value where this CLI11 ends the value there. One line naming
+// where, before CLI11 reads the file; an unreadable file is left to it.
 std::optional<Error> misread_line(const JobFile& file, const std::vector<std::string>& lines) {
     for (std::size_t number = 1; number <= lines.size(); ++number) {
         std::string_view line = trim(lines[number - 1]);
@@ -110,7 +122,7 @@ std::optional<Error> misread_line(const JobFile& file, const std::vector<std::st
         char quote = 0;  // the quote the value is inside of, as read so far
         for (char c : line.substr(equals + 1)) {
             if (c == '#' && quote == 0) break;  // a comment, which TOML allows after a value
-            if (c == '#')
+            if (c == '#' && !keeps_hash_in_quotes())
                 return usage_error(fmt::format(
                     "{}:{}: {}: a '#' inside a quoted value is read as a comment; give it on "
                     "the command line",

@@ -169,11 +169,15 @@ TEST_F(CliJobFile, EveryErrorNamesTheFileTheLineAndTheKey) {
               bad + ":2: nnodes=banana: not a number (e.g. nnodes=2)");
     std::string flag = file("flag.toml", "standalone = maybe\n");
     EXPECT_NE(parse_error({"--config", flag, "./t"}).find(flag), std::string::npos);
+    // CLI11 2.1 ends a quoted value at a '#'; 2.6 keeps it (see WriteConfigRoundTrips).
     std::string hash = file("hash.toml", "rdzv_id = \"run#3\"\n");
-    EXPECT_EQ(parse_error({"--config", hash, "./t"}),
-              hash +
-                  ":1: rdzv_id: a '#' inside a quoted value is read as a comment; give it on "
-                  "the command line");
+    if (auto read = parse_command_line({"--config", hash, "./t"}, {}))
+        EXPECT_EQ(read->config.rdzv_id, "run#3");
+    else
+        EXPECT_EQ(read.error().message,
+                  hash +
+                      ":1: rdzv_id: a '#' inside a quoted value is read as a comment; give it on "
+                      "the command line");
     std::string env = file("env.toml", "hosts = \"a,b\"\nenv = [\"A=1\", \"2B=x\"]\n");
     EXPECT_EQ(parse_error({"--config", env, "./t"}),
               env +
