@@ -86,22 +86,7 @@ std::string expand_origin(std::string entry, const std::string& origin) {
 // The new-format cache (glibc 2.32 and later write only this one): a header,
 // then entries of (flags, key, value, osversion, hwcap) whose key and value
 // are offsets of strings from the start of the header.
-std::string from_cache(const std::string& name, const std::string& cache_file) {
-    // Mapped, not read: the kernel maps the cached file's pages around each
-    // fault, where a read would zero and copy every page of it (--version
-    // looks up a name or two in a 60 KB file).
-    UniqueFd fd(::open(cache_file.c_str(), O_RDONLY | O_CLOEXEC));
-    struct stat info {};
-    if (!fd || ::fstat(fd.get(), &info) != 0 || info.st_size <= 0) return {};
-    const auto size = static_cast<std::size_t>(info.st_size);
-    void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-    if (mapped == MAP_FAILED) return {};
-    struct Unmap {
-        void* at;
-        std::size_t size;
-        ~Unmap() { ::munmap(at, size); }
-    } unmap{mapped, size};
-    const std::string_view data(static_cast<const char*>(mapped), size);
+std::string from_cache(const std::string& name, std::string_view data) {
     constexpr std::string_view k_magic = "glibc-ld.so.cache1.1";
     constexpr std::size_t k_header = 48, k_entry = 24;
     if (data.size() < k_header || !data.starts_with(k_magic)) return {};
@@ -129,6 +114,19 @@ std::string from_cache(const std::string& name, const std::string& cache_file) {
 }
 
 }  // namespace
+
+MappedFile::MappedFile(const std::string& path, std::size_t limit) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat info {};
+    if (!fd || ::fstat(fd.get(), &info) != 0 || info.st_size <= 0) return;
+    const std::size_t size = std::min(static_cast<std::size_t>(info.st_size), limit);
+    void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (mapped != MAP_FAILED) m_data = {static_cast<const char*>(mapped), size};
+}
+
+MappedFile::~MappedFile() {
+    if (!m_data.empty()) ::munmap(const_cast<char*>(m_data.data()), m_data.size());
+}
 
 std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -164,13 +162,17 @@ std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::str
         }
         if (strsz > k_max_table_bytes)
             return std::unexpected(path + ": its dynamic string table is implausibly large");
+        // Mapped, not read into a zeroed buffer: the table of a C++ library is
+        // tens of KB, and --version reads two.
         auto table_offset = file_offset(strtab);
-        std::string strings(strsz, '\0');
-        if (!table_offset || !read_at(fd.get(), strings.data(), strings.size(), *table_offset))
+        const MappedFile file(path, table_offset ? *table_offset + strsz : 0);
+        if (!table_offset || file.data().size() != *table_offset + strsz)
             return std::unexpected(path + ": cannot read its dynamic string table");
+        const std::string_view strings = file.data().substr(*table_offset);
         auto string_at = [&strings](std::uint64_t offset) -> std::string {
             if (offset >= strings.size()) return {};
-            return std::string(strings.c_str() + offset);
+            return std::string(strings.data() + offset,
+                               ::strnlen(strings.data() + offset, strings.size() - offset));
         };
         std::string origin = std::filesystem::absolute(path).parent_path().string();
         std::string rpath, runpath;
@@ -188,7 +190,7 @@ std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::str
 }
 
 std::string resolve_needed(const std::string& name, const ElfDependencies& object,
-                           const std::string& ld_library_path, const std::string& cache_file) {
+                           const std::string& ld_library_path, std::string_view cache) {
     if (name.find('/') != std::string::npos) return exists(name) ? name : std::string();
     auto search = [&name](const std::vector<std::string>& dirs) -> std::string {
         for (const std::string& dir : dirs)
@@ -200,7 +202,7 @@ std::string resolve_needed(const std::string& name, const ElfDependencies& objec
     std::vector<std::string> second = object.run_path_is_rpath ? environment_dirs : object.run_path;
     for (const auto* dirs : {&first, &second})
         if (std::string path = search(*dirs); !path.empty()) return path;
-    if (std::string path = from_cache(name, cache_file); !path.empty()) return path;
+    if (std::string path = from_cache(name, cache); !path.empty()) return path;
     std::vector<std::string> defaults;
     if (!k_multiarch.empty())
         for (std::string_view root : {"/lib/", "/usr/lib/"})

@@ -9,9 +9,9 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <string_view>
-#include <vector>
+
+#include "ddprun/base/elf_dependencies.hpp"
 
 namespace ddprun {
 
@@ -114,34 +114,36 @@ bool tcp_store_available() {
 std::string store_plugin_torch_version(const std::string& path) {
     // The marker is a string constant: in the plugin's loadable segments (about 64 KiB),
     // not in the debug information after them (2 MiB in a RelWithDebInfo build, which
-    // read byte by byte cost --version 20 ms). So only the loadable part is read, at once.
-    std::ifstream file(path, std::ios::binary);
-    Elf64_Ehdr header{};
-    if (!file.read(reinterpret_cast<char*>(&header), sizeof header) ||
-        std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
-        header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phnum > 256)
-        return {};
-    std::vector<Elf64_Phdr> segments(header.e_phnum);
-    file.seekg(static_cast<std::streamoff>(header.e_phoff));
-    if (!file.read(reinterpret_cast<char*>(segments.data()),
-                   static_cast<std::streamsize>(segments.size() * sizeof(Elf64_Phdr))))
-        return {};
+    // read byte by byte cost --version 20 ms). So only the loadable part is mapped.
     std::uint64_t loaded = 0;
-    for (const Elf64_Phdr& segment : segments)
-        if (segment.p_type == PT_LOAD)
-            loaded = std::max(loaded, segment.p_offset + segment.p_filesz);
+    {
+        const MappedFile start(path, 4096);
+        const std::string_view head = start.data();
+        Elf64_Ehdr header{};
+        if (head.size() < sizeof header) return {};
+        std::memcpy(&header, head.data(), sizeof header);
+        if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
+            header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phoff > head.size() ||
+            header.e_phnum > (head.size() - header.e_phoff) / sizeof(Elf64_Phdr))
+            return {};
+        for (std::size_t i = 0; i < header.e_phnum; ++i) {
+            Elf64_Phdr segment{};
+            std::memcpy(&segment, head.data() + header.e_phoff + i * sizeof segment,
+                        sizeof segment);
+            if (segment.p_type == PT_LOAD)
+                loaded = std::max(loaded, segment.p_offset + segment.p_filesz);
+        }
+    }
     constexpr std::uint64_t k_max_loaded = 64 * 1024 * 1024;
     if (loaded == 0 || loaded > k_max_loaded) return {};
-    std::string bytes(loaded, '\0');
-    file.seekg(0);
-    file.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    bytes.resize(static_cast<std::size_t>(file.gcount()));
+    const MappedFile file(path, loaded);
+    const std::string_view bytes = file.data();
     auto at = bytes.find(k_store_plugin_torch_marker);
-    if (at == std::string::npos) return {};
+    if (at == std::string_view::npos) return {};
     at += k_store_plugin_torch_marker.size();
     auto end = bytes.find('\0', at);
-    if (end == std::string::npos || end - at > 32) return {};
-    return bytes.substr(at, end - at);
+    if (end == std::string_view::npos || end - at > 32) return {};
+    return std::string(bytes.substr(at, end - at));
 }
 
 PluginLocation locate_store_plugin() {

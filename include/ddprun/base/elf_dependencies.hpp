@@ -5,8 +5,11 @@
 // plugin would bring in: dlopen'ing it to find out would cost 0.4 s.
 #pragma once
 
+#include <cstddef>
 #include <expected>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddprun {
@@ -21,11 +24,31 @@ struct ElfDependencies {
 // The error names the file and what is wrong with it.
 std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path);
 
+// A file's first `limit` bytes (all of it when shorter), mapped read-only: the
+// kernel maps the cached pages around each fault, where a read would zero and
+// copy every page. Empty when the file cannot be opened or mapped.
+class MappedFile {
+  public:
+    explicit MappedFile(const std::string& path,
+                        std::size_t limit = std::numeric_limits<std::size_t>::max());
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    std::string_view data() const { return m_data; }
+
+  private:
+    std::string_view m_data;
+};
+
+inline constexpr const char* k_loader_cache = "/etc/ld.so.cache";
+
 // Where the loader would find `name` (a DT_NEEDED entry) for an object with
 // these dependencies; empty when nowhere. `ld_library_path` is the value of
-// LD_LIBRARY_PATH (may be empty), `cache_file` the loader's cache.
+// LD_LIBRARY_PATH (may be empty), `cache` the bytes of the loader's cache
+// (MappedFile(k_loader_cache), mapped once for every name: each unmapping is a
+// TLB flush that costs more than a lookup; empty for none).
 std::string resolve_needed(const std::string& name, const ElfDependencies& object,
-                           const std::string& ld_library_path,
-                           const std::string& cache_file = "/etc/ld.so.cache");
+                           const std::string& ld_library_path, std::string_view cache);
 
 }  // namespace ddprun

@@ -45,20 +45,25 @@ TEST(ElfDependencies, ResolvesAsTheLoaderDid) {
     auto dependencies = read_elf_dependencies(own_path());
     ASSERT_TRUE(dependencies.has_value()) << dependencies.error();
     const char* ld_library_path = std::getenv("LD_LIBRARY_PATH");
+    const MappedFile cache(k_loader_cache);
+    ASSERT_FALSE(cache.data().empty());
     for (const std::string& name : dependencies->needed) {
         std::string loaded = loaded_path(name);
         if (loaded.empty()) continue;
-        std::string resolved =
-            resolve_needed(name, *dependencies, ld_library_path ? ld_library_path : "");
+        std::string resolved = resolve_needed(name, *dependencies,
+                                              ld_library_path ? ld_library_path : "", cache.data());
         EXPECT_EQ(std::filesystem::canonical(resolved), std::filesystem::canonical(loaded)) << name;
     }
 }
 
 TEST(ElfDependencies, WithoutTheCacheTheDefaultDirectoriesAreSearched) {
     ElfDependencies none;
-    std::string path = resolve_needed("libc.so.6", none, "", "/nonexistent/ld.so.cache");
+    const MappedFile missing("/nonexistent/ld.so.cache");
+    EXPECT_TRUE(missing.data().empty());
+    std::string path = resolve_needed("libc.so.6", none, "", missing.data());
     EXPECT_FALSE(path.empty());
-    EXPECT_TRUE(resolve_needed("libddprun-no-such-library.so.1", none, "").empty());
+    const MappedFile cache(k_loader_cache);
+    EXPECT_TRUE(resolve_needed("libddprun-no-such-library.so.1", none, "", cache.data()).empty());
 }
 
 TEST(ElfDependencies, RunPathAndLibraryPathComeFirst) {
@@ -69,10 +74,13 @@ TEST(ElfDependencies, RunPathAndLibraryPathComeFirst) {
     std::filesystem::copy_file(own_path(), dir / "libfake.so.1");
     ElfDependencies object;
     object.run_path = {dir.string()};
-    EXPECT_EQ(resolve_needed("libfake.so.1", object, ""), (dir / "libfake.so.1").string());
-    EXPECT_EQ(resolve_needed("libfake.so.1", ElfDependencies{}, "/nonexistent:" + dir.string()),
+    const MappedFile cache(k_loader_cache);
+    EXPECT_EQ(resolve_needed("libfake.so.1", object, "", cache.data()),
               (dir / "libfake.so.1").string());
-    EXPECT_TRUE(resolve_needed("libfake.so.1", ElfDependencies{}, "").empty());
+    EXPECT_EQ(resolve_needed("libfake.so.1", ElfDependencies{}, "/nonexistent:" + dir.string(),
+                             cache.data()),
+              (dir / "libfake.so.1").string());
+    EXPECT_TRUE(resolve_needed("libfake.so.1", ElfDependencies{}, "", cache.data()).empty());
     std::filesystem::remove_all(dir);
 }
 
