@@ -60,6 +60,12 @@ Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<
 std::optional<Error> Coordinator::arrive() {
     if (!m_options.elastic) return std::nullopt;
     try {
+        if (m_entry) {
+            // etcd: counted in before anything is read, so that the last agent out of
+            // a job that is ending keeps its keys for this one (end_elastic_run_if_last).
+            m_entry->hold(fmt::format("e/arriving/{}-{}", m_options.me.host, m_options.me.pid));
+            m_entered_lease = m_entry->lease();
+        }
         if (auto ended = ElasticMember::ended(*m_store, m_options.run_id)) return ended;
         m_round = -1;  // no round joined yet: heartbeats only
         m_agent = ElasticMember::arrive(*m_store, m_options.run_id);
@@ -198,6 +204,8 @@ Coordinator::~Coordinator() {
         try {
             EtcdClient(client).call("/v3/lease/revoke",
                                     {{"ID", std::to_string(m_entered_lease.load())}});
+            if (end_elastic_run_if_last(*m_options.etcd, m_options.run_id))
+                spdlog::debug("the last agent out: removed the run's etcd keys");
         } catch (const StoreError& e) {
             spdlog::debug("revoking this agent's etcd lease: {}", e.what());
         }

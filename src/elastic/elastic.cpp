@@ -67,7 +67,9 @@ std::optional<Error> ElasticMember::ended(Store& store, const std::string& run_i
     if (!*closed) return closed->error();
     return rendezvous_error(fmt::format(
         "rendezvous: run {} already ended ({}); its records are still in the store, e.g. an "
-        "earlier job's with the same --rdzv_id: give this job its own --rdzv_id",
+        "earlier job's with the same --rdzv_id whose agent died (over etcd they go with their "
+        "lease, 2 x heartbeat_timeout + exit_barrier_timeout after its last agent): give this "
+        "job its own --rdzv_id",
         detail::quote_value(run_id), (*closed)->message));
 }
 

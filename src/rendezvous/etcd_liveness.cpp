@@ -196,4 +196,25 @@ bool count_out_of_run(EtcdStoreOptions options, const std::string& run_id, int n
     return true;
 }
 
+bool end_elastic_run_if_last(EtcdStoreOptions options, const std::string& run_id) {
+    options.client.timeout =
+        std::min<std::chrono::milliseconds>(options.client.timeout, std::chrono::seconds(2));
+    const std::string prefix = options.prefix + run_id + "/";
+    // etcd compares a range holding no key as a key of version 0.
+    json none_in = json::array();
+    for (const char* held : {"e/alive/", "e/arriving/"}) {
+        const std::string key = prefix + held;
+        none_in.push_back({{"key", etcd_base64(key)},
+                           {"range_end", etcd_base64(prefix_end(key))},
+                           {"target", "VERSION"},
+                           {"result", "EQUAL"},
+                           {"version", "0"}});
+    }
+    json remove = {
+        {"request_delete_range",
+         {{"key", etcd_base64(prefix)}, {"range_end", etcd_base64(prefix_end(prefix))}}}};
+    json txn = {{"compare", std::move(none_in)}, {"success", json::array({std::move(remove)})}};
+    return EtcdClient(options.client).call("/v3/kv/txn", txn).value("succeeded", false);
+}
+
 }  // namespace ddprun

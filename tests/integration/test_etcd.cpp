@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -316,42 +317,72 @@ TEST_F(EtcdTest, AFixedSizeJobLeavesNoKeyAndItsRunIdRunsAgain) {
 
 // The keys of a job whose agents were all SIGKILLed (no agent counts out) go with
 // their leases: 2 x heartbeat_timeout + exit_barrier_timeout after the last renewal.
+// An elastic job's agents share one lease, renewed by each.
 TEST_F(EtcdTest, TheKeysOfAJobWhoseAgentsAllDiedGoWithTheirLeases) {
-    Job job;
-    job.conf["heartbeat_timeout"] = "2";
-    job.conf["exit_barrier_timeout"] = "2";
-    const auto bound = 2 * 2s + 2s;
-    std::vector<std::unique_ptr<DdprunProcess>> agents;
-    for (const char* addr : {"127.0.0.1", "127.0.0.2"})
-        agents.push_back(start_node(
-            job, {.addr = addr, .actions = {"ready", path("ready.{rank}"), "sleep", "120"}}));
-    wait_ready(4, agents);
-    if (HasFatalFailure()) return;
-    EXPECT_GT(run_keys(m_run_id), 0);
-    for (auto& agent : agents) kill_node(*agent);
-    const auto killed = std::chrono::steady_clock::now();
-    auto r = wait_nodes(agents);
-    EXPECT_TRUE(wait_until([&] { return run_keys(m_run_id) == 0; }, bound + 10s))
-        << run_keys(m_run_id) << " keys left " << (bound + 10s).count() << " s after the kill\n"
-        << describe_all(r);
-    std::cerr << "the dead job's keys went "
-              << std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now() - killed)
-                     .count()
-              << " ms after the kill (the leases' TTL: "
-              << std::chrono::duration_cast<std::chrono::seconds>(bound).count() << " s)\n";
+    for (const bool elastic : {false, true}) {
+        SCOPED_TRACE(elastic ? "elastic" : "fixed size");
+        m_run_id += elastic ? "-elastic" : "";
+        Job job;
+        if (elastic) job.min_nnodes = 1;
+        job.conf["heartbeat_timeout"] = "2";
+        job.conf["exit_barrier_timeout"] = "2";
+        const auto bound = 2 * 2s + 2s;
+        std::vector<std::unique_ptr<DdprunProcess>> agents;
+        for (const char* addr : {"127.0.0.1", "127.0.0.2"})
+            agents.push_back(start_node(
+                job, {.addr = addr, .actions = {"ready", path("ready.{rank}"), "sleep", "120"}}));
+        wait_ready(4, agents);
+        if (HasFatalFailure()) return;
+        EXPECT_GT(run_keys(m_run_id), 0);
+        for (auto& agent : agents) kill_node(*agent);
+        const auto killed = std::chrono::steady_clock::now();
+        auto r = wait_nodes(agents);
+        EXPECT_TRUE(wait_until([&] { return run_keys(m_run_id) == 0; }, bound + 10s))
+            << run_keys(m_run_id) << " keys left " << (bound + 10s).count() << " s after the kill\n"
+            << describe_all(r);
+        std::cerr << "the dead job's keys went "
+                  << std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - killed)
+                         .count()
+                  << " ms after the kill (the leases' TTL: "
+                  << std::chrono::duration_cast<std::chrono::seconds>(bound).count() << " s)\n";
+        for (int rank = 0; rank < 4; ++rank)
+            std::filesystem::remove(path(fmt::format("ready.{}", rank)));
+    }
 }
 
-// An elastic job's keys still outlive it (its records are not bound to leases yet):
-// a job run again under the run id of one that ended on the same etcd is one line,
-// exit 75, no worker, the old records left alone.
-TEST_F(EtcdTest, AnElasticJobRunAgainUnderTheSameRunIdIsOneLine) {
+// An elastic job's keys go with its last agent, and its run id can be used again at
+// once. An agent still arriving (its e/arriving key) keeps them: a job run then under
+// the id of the one that ended is one line, exit 75, no worker; the keys then go with
+// the job's lease.
+TEST_F(EtcdTest, AnElasticJobLeavesNoKeyAndItsRunIdRunsAgain) {
     m_run_id += "-elastic";
     Job elastic;
     elastic.min_nnodes = 1;
     elastic.conf["last_call_timeout"] = "1";  // the first round without a second agent
-    auto once = run_nodes(elastic, {{.addr = "127.0.0.1", .actions = {"exit", "0"}}});
-    ASSERT_EQ(exit_codes(once), (std::vector<int>{0})) << describe_all(once);
+    elastic.conf["heartbeat_timeout"] = "2";
+    elastic.conf["exit_barrier_timeout"] = "2";
+    for (int run = 0; run < 3; ++run) {
+        auto once = run_nodes(elastic, {{.addr = "127.0.0.1", .actions = {"exit", "0"}}});
+        ASSERT_EQ(exit_codes(once), (std::vector<int>{0})) << describe_all(once);
+        EXPECT_EQ(run_keys(m_run_id), 0) << describe_all(once);
+    }
+    // Two agents that end together: whichever leaves last removes the keys.
+    auto pair = run_nodes(elastic, {{.addr = "127.0.0.1", .actions = {"exit", "0"}},
+                                    {.addr = "127.0.0.2", .actions = {"exit", "0"}}});
+    ASSERT_EQ(exit_codes(pair), (std::vector<int>{0, 0})) << describe_all(pair);
+    EXPECT_EQ(run_keys(m_run_id), 0) << describe_all(pair);
+
+    ddprun::EtcdClient client({{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s});
+    const std::int64_t lease =
+        ddprun::etcd_int64(client.call("/v3/lease/grant", {{"TTL", "60"}}), "ID");
+    client.call("/v3/kv/put",
+                {{"key", ddprun::etcd_base64("/ddprun/" + m_run_id + "/e/arriving/test")},
+                 {"value", ddprun::etcd_base64("1")},
+                 {"lease", std::to_string(lease)}});
+    auto kept = run_nodes(elastic, {{.addr = "127.0.0.1", .actions = {"exit", "0"}}});
+    ASSERT_EQ(exit_codes(kept), (std::vector<int>{0})) << describe_all(kept);
+    EXPECT_GT(run_keys(m_run_id), 1) << "an arriving agent's job is removed under it";
     const auto elastic_workers = recorded_pids().size();
     auto twice = run_nodes(elastic, {{.addr = "127.0.0.1", .actions = {"exit", "0"}}});
     EXPECT_EQ(exit_codes(twice), (std::vector<int>{k_rendezvous_exit})) << describe_all(twice);
@@ -361,6 +392,9 @@ TEST_F(EtcdTest, AnElasticJobRunAgainUnderTheSameRunIdIsOneLine) {
               1u)
         << describe_all(twice);
     EXPECT_EQ(recorded_pids().size(), elastic_workers) << "no worker may start";
+    client.call("/v3/lease/revoke", {{"ID", std::to_string(lease)}});
+    EXPECT_TRUE(wait_until([&] { return run_keys(m_run_id) == 0; }, 2 * 2s + 2s + 10s))
+        << run_keys(m_run_id) << " keys left after the job's lease";
 }
 
 // An elastic job's leader record (who leads) holding garbage: one line, no worker.

@@ -100,4 +100,13 @@ class EtcdLiveness {
 // (etcd_lease.hpp). Returns whether this agent deleted them. Throws StoreError.
 bool count_out_of_run(EtcdStoreOptions options, const std::string& run_id, int nnodes);
 
+// An elastic job's end over etcd, for each agent on its way out once its own
+// lease (and so its e/alive and e/arriving keys) is revoked: if no agent holds
+// such a key any more, deletes every key of the run in one transaction, so that
+// the id can be used again. Agents come and go in an elastic job, so "last" is
+// "none left in", not a count; an agent arriving meanwhile holds e/arriving
+// first and keeps the keys. One that died leaves its keys to the job's shared
+// lease (etcd_lease.hpp). Returns whether this agent deleted them. Throws StoreError.
+bool end_elastic_run_if_last(EtcdStoreOptions options, const std::string& run_id);
+
 }  // namespace ddprun

@@ -6,6 +6,11 @@
 //
 // A key another agent writes later is bound to that agent's lease instead
 // (a put rebinds), so a job's keys outlive every agent by at most the TTL.
+//
+// An elastic job shares one lease among all its agents instead (`shared_key`
+// holds its id, bound to it): a leader that left wrote records the newcomers
+// still read, so no key may go with the agent that wrote it. Every agent
+// renews the one lease, and it lapses TTL after the last of them stopped.
 #pragma once
 
 #include <chrono>
@@ -13,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "ddprun/store/etcd_client.hpp"
@@ -21,7 +27,9 @@ namespace ddprun {
 
 class EtcdKeyLease {
   public:
-    EtcdKeyLease(EtcdOptions client, std::chrono::seconds ttl);
+    // `shared_key`: the etcd key of a lease shared by a job's agents; empty for
+    // one of this agent's own.
+    EtcdKeyLease(EtcdOptions client, std::chrono::seconds ttl, std::string shared_key = {});
     ~EtcdKeyLease();
     EtcdKeyLease(const EtcdKeyLease&) = delete;
     EtcdKeyLease& operator=(const EtcdKeyLease&) = delete;
@@ -33,9 +41,12 @@ class EtcdKeyLease {
 
   private:
     void renew_until_stopped();
+    std::int64_t grant(EtcdClient& client);
+    std::int64_t join_shared(EtcdClient& client);
 
     EtcdOptions m_options;
     std::chrono::seconds m_ttl;
+    std::string m_shared_key;
     std::mutex m_mutex;
     std::condition_variable m_wake;
     std::int64_t m_id = 0;
