@@ -197,8 +197,10 @@ Coordinator::~Coordinator() {
     stop_watcher();
     m_ops->join();
     if (m_entry && m_options.elastic && m_entered_lease != 0) {
-        // Its keys go at once: the others re-form (or elect a leader) without waiting
-        // for the lease to run out. A client of its own: the others were cancelled.
+        // Its keys go at once, the others re-form or elect a leader at once; but its
+        // leader's thread first (within a slice): it reads keys that go with the last
+        // agent in. A client of its own: the others were cancelled.
+        m_leader.reset();
         EtcdOptions client = m_options.etcd->client;
         client.timeout = std::min<std::chrono::milliseconds>(client.timeout, 2s);
         try {
@@ -207,7 +209,7 @@ Coordinator::~Coordinator() {
             if (end_elastic_run_if_last(*m_options.etcd, m_options.run_id))
                 spdlog::debug("the last agent out: removed the run's etcd keys");
         } catch (const StoreError& e) {
-            spdlog::debug("revoking this agent's etcd lease: {}", e.what());
+            spdlog::debug("leaving etcd (its keys go with their lease): {}", e.what());
         }
     }
     if (m_entry && !m_options.elastic && m_entered_round >= 0) {
@@ -215,10 +217,8 @@ Coordinator::~Coordinator() {
             if (count_out_of_run(*m_options.etcd, m_options.run_id, nnodes()))
                 spdlog::debug("the last node out: removed the run's etcd keys");
         } catch (const StoreError& e) {
-            spdlog::debug(
-                "counting this node out of the run (its keys then go with their "
-                "leases): {}",
-                e.what());
+            spdlog::debug("counting this node out of the run (its keys go with their lease): {}",
+                          e.what());
         }
     }
 }

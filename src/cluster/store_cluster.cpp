@@ -213,13 +213,11 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
             store.client.credentials = EtcdCredentials{access.user, m_ctx.etcd_password};
         // A job's keys outlive its last agent by this much at most: the others notice
         // a death within a heartbeat timeout and take at most the exit barrier to end.
-        // An elastic job's agents share one lease: a leader that left wrote records
-        // the newcomers read.
         store.lease = std::make_shared<EtcdKeyLease>(
             store.client,
             std::chrono::ceil<std::chrono::seconds>(2 * settings.heartbeat_timeout +
                                                     settings.exit_barrier_timeout),
-            config.elastic() ? store.prefix + config.rdzv_id + "/lease" : std::string());
+            store.prefix + config.rdzv_id + "/lease");
         options.etcd = std::move(store);
     }
     options.store.host = endpoint.host;

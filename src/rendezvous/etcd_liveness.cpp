@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddprun/base/text.hpp"
+#include "ddprun/store/etcd_lease.hpp"
 #include "ddprun/store/signed_store.hpp"
 
 namespace ddprun {
@@ -193,6 +194,7 @@ bool count_out_of_run(EtcdStoreOptions options, const std::string& run_id, int n
     EtcdClient(options.client)
         .call("/v3/kv/deleterange",
               {{"key", etcd_base64(prefix)}, {"range_end", etcd_base64(prefix_end(prefix))}});
+    if (options.lease) options.lease->revoke();
     return true;
 }
 
@@ -214,7 +216,9 @@ bool end_elastic_run_if_last(EtcdStoreOptions options, const std::string& run_id
         {"request_delete_range",
          {{"key", etcd_base64(prefix)}, {"range_end", etcd_base64(prefix_end(prefix))}}}};
     json txn = {{"compare", std::move(none_in)}, {"success", json::array({std::move(remove)})}};
-    return EtcdClient(options.client).call("/v3/kv/txn", txn).value("succeeded", false);
+    if (!EtcdClient(options.client).call("/v3/kv/txn", txn).value("succeeded", false)) return false;
+    if (options.lease) options.lease->revoke();
+    return true;
 }
 
 }  // namespace ddprun

@@ -17,6 +17,10 @@ EtcdKeyLease::EtcdKeyLease(EtcdOptions client, std::chrono::seconds ttl, std::st
       m_shared_key(std::move(shared_key)) {}
 
 EtcdKeyLease::~EtcdKeyLease() {
+    stop_renewing();
+}
+
+void EtcdKeyLease::stop_renewing() {
     {
         std::lock_guard lock(m_mutex);
         m_stopping = true;
@@ -27,11 +31,21 @@ EtcdKeyLease::~EtcdKeyLease() {
     if (m_renewer.joinable()) m_renewer.join();
 }
 
+void EtcdKeyLease::revoke() {
+    stop_renewing();
+    std::lock_guard lock(m_mutex);
+    if (m_id == 0) return;
+    // On the way out: an etcd that stopped answering must not hold the agent's exit.
+    EtcdOptions bounded = m_options;
+    bounded.timeout = std::min<std::chrono::milliseconds>(bounded.timeout, std::chrono::seconds(2));
+    EtcdClient(bounded).call("/v3/lease/revoke", {{"ID", std::to_string(m_id)}});
+}
+
 std::int64_t EtcdKeyLease::id() {
     std::lock_guard lock(m_mutex);
     if (m_id != 0) return m_id;
     EtcdClient client(m_options);
-    m_id = m_shared_key.empty() ? grant(client) : join_shared(client);
+    m_id = join_shared(client);
     // Each renewal is bounded by the client's timeout; one that fails is retried at the
     // next third of the TTL, so two may fail before the keys are at risk.
     EtcdOptions renewing = m_options;

@@ -38,7 +38,8 @@ constexpr const char* k_root_password = "root battery";
 
 }  // namespace
 
-EtcdCluster::EtcdCluster(int members, EtcdSecurity security) : m_security(security) {
+EtcdCluster::EtcdCluster(int members, EtcdSecurity security, std::vector<std::string> flags)
+    : m_security(security) {
     if (::access(k_etcd, X_OK) != 0) {
         m_error = fmt::format("{} is not installed (Debian's etcd-server; scripts/install-deps.sh)",
                               k_etcd);
@@ -83,6 +84,7 @@ EtcdCluster::EtcdCluster(int members, EtcdSecurity security) : m_security(securi
         if (m_security.auth) args.push_back("--bcrypt-cost=4");
         if (m_security.auth_token_ttl > 0)
             args.push_back(fmt::format("--auth-token-ttl={}", m_security.auth_token_ttl));
+        args.insert(args.end(), flags.begin(), flags.end());
         const std::string log = m_dir + "/" + member.name + ".log";
         std::vector<char*> argv;
         for (auto& arg : args) argv.push_back(arg.data());

@@ -36,8 +36,10 @@ class EtcdCluster {
     static constexpr const char* k_password = "correct horse";
 
     // Starts `members` etcd processes forming one cluster and waits (bounded)
-    // until the cluster answers.
-    explicit EtcdCluster(int members = 1, EtcdSecurity security = {});
+    // until the cluster answers. `flags`: more of etcd's flags for every member
+    // (e.g. auto-compaction, as a site runs it).
+    explicit EtcdCluster(int members = 1, EtcdSecurity security = {},
+                         std::vector<std::string> flags = {});
     ~EtcdCluster();
     EtcdCluster(const EtcdCluster&) = delete;
     EtcdCluster& operator=(const EtcdCluster&) = delete;

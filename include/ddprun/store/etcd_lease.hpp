@@ -1,16 +1,12 @@
-// The lease every key an agent writes to etcd is bound to, so that the keys of
-// a job whose agents all died (SIGKILL, frozen, cut off) go by themselves: etcd
-// deletes a lease's keys once nobody renewed it for its TTL. One per agent,
-// shared by all its EtcdStore clones; a thread of its own renews it every
-// third of the TTL, from the first key written until the agent is done.
-//
-// A key another agent writes later is bound to that agent's lease instead
-// (a put rebinds), so a job's keys outlive every agent by at most the TTL.
-//
-// An elastic job shares one lease among all its agents instead (`shared_key`
-// holds its id, bound to it): a leader that left wrote records the newcomers
-// still read, so no key may go with the agent that wrote it. Every agent
-// renews the one lease, and it lapses TTL after the last of them stopped.
+// The lease every key of a job is bound to in etcd, so that the keys of a job
+// whose agents all died (SIGKILL, frozen, cut off) go by themselves: etcd
+// deletes a lease's keys once nobody renewed it for its TTL. One lease for the
+// whole job, its id under `shared_key` (bound to it as well): the first agent
+// to write grants it, the others join it, and every agent renews it, from its
+// first key written until it is done, by a thread of its own every third of
+// the TTL. One lease, not one per agent: a leader that left wrote records the
+// newcomers still read, and the last agent out revokes the one lease with the
+// keys (a lease per agent would each stay in etcd's database for its TTL).
 #pragma once
 
 #include <chrono>
@@ -27,9 +23,7 @@ namespace ddprun {
 
 class EtcdKeyLease {
   public:
-    // `shared_key`: the etcd key of a lease shared by a job's agents; empty for
-    // one of this agent's own.
-    EtcdKeyLease(EtcdOptions client, std::chrono::seconds ttl, std::string shared_key = {});
+    EtcdKeyLease(EtcdOptions client, std::chrono::seconds ttl, std::string shared_key);
     ~EtcdKeyLease();
     EtcdKeyLease(const EtcdKeyLease&) = delete;
     EtcdKeyLease& operator=(const EtcdKeyLease&) = delete;
@@ -39,10 +33,16 @@ class EtcdKeyLease {
 
     std::chrono::seconds ttl() const { return m_ttl; }
 
+    // For the last agent out, once the job's keys are deleted: ends the lease in
+    // etcd now rather than at its TTL, and renews it no more. Nothing if this agent
+    // never wrote. Throws StoreError.
+    void revoke();
+
   private:
     void renew_until_stopped();
     std::int64_t grant(EtcdClient& client);
     std::int64_t join_shared(EtcdClient& client);
+    void stop_renewing();
 
     EtcdOptions m_options;
     std::chrono::seconds m_ttl;
