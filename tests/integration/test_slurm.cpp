@@ -525,6 +525,54 @@ TEST_F(SlurmSignals, ScancelLetsEveryWorkerFinishItsTwoSecondSave) {
                               << (lost.empty() ? "" : lost.front());
 }
 
+// The same stop, 4 jobs at once, three times: once srun has returned, no scratch
+// directory of the job's ($TMPDIR/ddprun-XXXXXX, one per agent) is left, whatever
+// the ProctrackType. (The next ddprun's sweep is for a SIGKILLed agent; a clean
+// stop must not need it.)
+TEST_F(SlurmSignals, ScancelLeavesNoScratchDirectory) {
+    constexpr int k_at_once = 4;
+    for (int round = 0; round < 3; ++round) {
+        std::vector<std::unique_ptr<DdprunProcess>> sruns;
+        std::vector<std::string> dirs, ids;
+        for (int job = 0; job < k_at_once; ++job) {
+            const std::string dir = path(fmt::format("scratch{}.{}", round, job));
+            std::filesystem::create_directories(dir + "/tmp");
+            for (const auto& own : {dir, dir + "/tmp"})
+                std::filesystem::permissions(own, std::filesystem::perms::all);
+            const std::string name = new_job_name();
+            sruns.push_back(start_client(
+                "srun", srun_two_nodes(name, concat({{"env", "TMPDIR=" + dir + "/tmp"},
+                                                     ddprun_job({"--nproc_per_node=2"},
+                                                                {"ready", dir + "/ready.{rank}",
+                                                                 "save-on-term", "2"})}))));
+            dirs.push_back(dir);
+            ids.push_back(job_id(name));
+        }
+        for (std::size_t job = 0; job < dirs.size(); ++job) {
+            ASSERT_TRUE(wait_for_files(rank_files(dirs[job] + "/ready", 4), k_job_guard / 2))
+                << sruns[job]->err_so_far();
+            // One per agent while the job runs: the check below can fail.
+            EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dirs[job] + "/tmp"),
+                                    std::filesystem::directory_iterator()),
+                      2)
+                << "scratch directories under the job's $TMPDIR while it runs";
+        }
+        auto cancelled = cluster().client(concat({{"scancel"}, ids}));
+        EXPECT_EQ(cancelled.exit_code, 0) << cancelled.describe();
+        for (std::size_t job = 0; job < dirs.size(); ++job) {
+            auto result = sruns[job]->wait();
+            std::vector<std::string> left;
+            for (const auto& entry : std::filesystem::directory_iterator(dirs[job] + "/tmp"))
+                left.push_back(entry.path().filename().string());
+            EXPECT_TRUE(left.empty())
+                << "round " << round << " job " << job << ": " << left.size()
+                << " left in $TMPDIR, e.g. " << left.front() << ", under proctrack/"
+                << cluster().options().proctrack << "\n"
+                << result.describe();
+        }
+    }
+}
+
 // --- 6: jobs and steps that share the nodes ------------------------------------------
 
 // Two jobs (or steps) at once: each worker prints its world, reports ready and
