@@ -206,6 +206,10 @@ class Job:
         return [a for a, i in self.agents.items()
                 if i["proc"].poll() is None and not (self.backend == "c10d" and a == "127.0.0.1")]
 
+    def workers(self):
+        return [p for a in sorted(self.agents)
+                for p in descendants(self.agents[a]["proc"].pid) if is_worker(p)]
+
     def inject(self, kind):
         targets = self.non_host()
         live = [a for a, i in self.agents.items() if i["proc"].poll() is None]
@@ -234,8 +238,7 @@ class Job:
             time.sleep(frozen)
             signal_all([victim["proc"].pid] + descendants(victim["proc"].pid), signal.SIGCONT)
         elif kind == "kill_worker":
-            workers = [p for a in sorted(self.agents)
-                       for p in descendants(self.agents[a]["proc"].pid) if is_worker(p)]
+            workers = self.workers()
             if not workers:
                 return
             signal_all([self.rng.choice(workers)], signal.SIGKILL)
@@ -251,8 +254,7 @@ class Job:
             time.sleep(self.rng.uniform(1, 4))
             self.etcd.start(index)
         elif kind == "hang":
-            workers = [p for a in sorted(self.agents)
-                       for p in descendants(self.agents[a]["proc"].pid) if is_worker(p)]
+            workers = self.workers()
             if not workers:
                 return
             signal_all([self.rng.choice(workers)], signal.SIGSTOP)
