@@ -113,6 +113,28 @@ std::string from_cache(const std::string& name, std::string_view data) {
     return {};
 }
 
+// The program headers of the ELF file `path`; the error names it.
+std::expected<std::vector<Elf64_Phdr>, std::string> read_segments(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return std::unexpected(path + ": " + std::strerror(errno));
+    auto header = read_header(fd.get());
+    if (!header) return std::unexpected(path + ": not a 64-bit little-endian ELF file");
+    std::vector<Elf64_Phdr> segments(header->e_phnum);
+    if (header->e_phentsize != sizeof(Elf64_Phdr) ||
+        !read_at(fd.get(), segments.data(), segments.size() * sizeof(Elf64_Phdr), header->e_phoff))
+        return std::unexpected(path + ": cannot read its program headers");
+    return segments;
+}
+
+// Where the last of the loadable segments ends in the file.
+std::uint64_t loaded_end(const std::vector<Elf64_Phdr>& segments) {
+    std::uint64_t loaded = 0;
+    for (const Elf64_Phdr& segment : segments)
+        if (segment.p_type == PT_LOAD)
+            loaded = std::max(loaded, segment.p_offset + segment.p_filesz);
+    return loaded;
+}
+
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path, std::size_t limit) {
@@ -128,15 +150,15 @@ MappedFile::~MappedFile() {
     if (!m_data.empty()) ::munmap(const_cast<char*>(m_data.data()), m_data.size());
 }
 
+std::uint64_t loaded_size(const std::string& path) {
+    auto segments = read_segments(path);
+    return segments ? loaded_end(*segments) : 0;
+}
+
 std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return std::unexpected(path + ": " + std::strerror(errno));
-    auto header = read_header(fd.get());
-    if (!header) return std::unexpected(path + ": not a 64-bit little-endian ELF file");
-    std::vector<Elf64_Phdr> segments(header->e_phnum);
-    if (header->e_phentsize != sizeof(Elf64_Phdr) ||
-        !read_at(fd.get(), segments.data(), segments.size() * sizeof(Elf64_Phdr), header->e_phoff))
-        return std::unexpected(path + ": cannot read its program headers");
+    auto read = read_segments(path);
+    if (!read) return std::unexpected(read.error());
+    const std::vector<Elf64_Phdr>& segments = *read;
     // Dynamic entries hold addresses; the file offsets come from the loads.
     auto file_offset = [&segments](std::uint64_t address) -> std::optional<std::uint64_t> {
         for (const Elf64_Phdr& segment : segments)
@@ -145,6 +167,11 @@ std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::str
                 return address - segment.p_vaddr + segment.p_offset;
         return std::nullopt;
     };
+    // The loadable part, which holds the dynamic section and its strings, mapped
+    // once rather than read into zeroed buffers: a C++ library's string table is
+    // tens of KB, and --version reads two.
+    const MappedFile file(path, loaded_end(segments));
+    const std::string_view loaded = file.data();
     ElfDependencies out;
     for (const Elf64_Phdr& segment : segments) {
         if (segment.p_type != PT_DYNAMIC) continue;
@@ -152,9 +179,10 @@ std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::str
         if (segment.p_filesz > k_max_table_bytes)
             return std::unexpected(path + ": its dynamic section is implausibly large");
         std::vector<Elf64_Dyn> entries(segment.p_filesz / sizeof(Elf64_Dyn));
-        if (!read_at(fd.get(), entries.data(), entries.size() * sizeof(Elf64_Dyn),
-                     segment.p_offset))
+        const std::size_t bytes = entries.size() * sizeof(Elf64_Dyn);
+        if (segment.p_offset > loaded.size() || loaded.size() - segment.p_offset < bytes)
             return std::unexpected(path + ": cannot read its dynamic section");
+        std::memcpy(entries.data(), loaded.data() + segment.p_offset, bytes);
         std::uint64_t strtab = 0, strsz = 0;
         for (const Elf64_Dyn& entry : entries) {
             if (entry.d_tag == DT_STRTAB) strtab = entry.d_un.d_ptr;
@@ -162,13 +190,10 @@ std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::str
         }
         if (strsz > k_max_table_bytes)
             return std::unexpected(path + ": its dynamic string table is implausibly large");
-        // Mapped, not read into a zeroed buffer: the table of a C++ library is
-        // tens of KB, and --version reads two.
         auto table_offset = file_offset(strtab);
-        const MappedFile file(path, table_offset ? *table_offset + strsz : 0);
-        if (!table_offset || file.data().size() != *table_offset + strsz)
+        if (!table_offset || *table_offset > loaded.size() || loaded.size() - *table_offset < strsz)
             return std::unexpected(path + ": cannot read its dynamic string table");
-        const std::string_view strings = file.data().substr(*table_offset);
+        const std::string_view strings = loaded.substr(*table_offset, strsz);
         auto string_at = [&strings](std::uint64_t offset) -> std::string {
             if (offset >= strings.size()) return {};
             return std::string(strings.data() + offset,

@@ -29,6 +29,26 @@ int node_of(const std::string& name, const std::string& prefix) {
     return rank && *rank >= 0 && *rank < (1 << 30) ? static_cast<int>(*rank) : -1;
 }
 
+// On the way out: an etcd that stopped answering must not hold the agent's exit.
+EtcdStoreOptions bounded(EtcdStoreOptions options) {
+    options.client.timeout =
+        std::min<std::chrono::milliseconds>(options.client.timeout, std::chrono::seconds(2));
+    return options;
+}
+
+// Deletes every key of the run in one transaction if `compare` holds (an empty
+// one always does), then ends the job's lease. Whether it deleted them.
+bool remove_run(const EtcdStoreOptions& options, const std::string& run_id, json compare) {
+    const std::string prefix = options.prefix + run_id + "/";
+    json remove = {
+        {"request_delete_range",
+         {{"key", etcd_base64(prefix)}, {"range_end", etcd_base64(prefix_end(prefix))}}}};
+    json txn = {{"compare", std::move(compare)}, {"success", json::array({std::move(remove)})}};
+    if (!EtcdClient(options.client).call("/v3/kv/txn", txn).value("succeeded", false)) return false;
+    if (options.lease) options.lease->revoke();
+    return true;
+}
+
 }  // namespace
 
 EtcdLiveness::EtcdLiveness(const EtcdStoreOptions& options, std::string run_id,
@@ -183,42 +203,27 @@ std::vector<int> EtcdLiveness::missing(const std::vector<int>& watched) {
 }
 
 bool count_out_of_run(EtcdStoreOptions options, const std::string& run_id, int nnodes) {
-    // On the way out: an etcd that stopped answering must not hold the agent's exit.
-    options.client.timeout =
-        std::min<std::chrono::milliseconds>(options.client.timeout, std::chrono::seconds(2));
+    options = bounded(std::move(options));
     // Under the run's keys, so it goes with them ("ddprun/<run>/..." is the store's name
     // for "<prefix><run>/...").
     if (open_etcd_store(options)->add(fmt::format("ddprun/{}/out", run_id), 1) < nnodes)
         return false;
-    const std::string prefix = options.prefix + run_id + "/";
-    EtcdClient(options.client)
-        .call("/v3/kv/deleterange",
-              {{"key", etcd_base64(prefix)}, {"range_end", etcd_base64(prefix_end(prefix))}});
-    if (options.lease) options.lease->revoke();
-    return true;
+    return remove_run(options, run_id, json::array());
 }
 
 bool end_elastic_run_if_last(EtcdStoreOptions options, const std::string& run_id) {
-    options.client.timeout =
-        std::min<std::chrono::milliseconds>(options.client.timeout, std::chrono::seconds(2));
-    const std::string prefix = options.prefix + run_id + "/";
+    options = bounded(std::move(options));
     // etcd compares a range holding no key as a key of version 0.
     json none_in = json::array();
     for (const char* held : {"e/alive/", "e/arriving/"}) {
-        const std::string key = prefix + held;
+        const std::string key = options.prefix + run_id + "/" + held;
         none_in.push_back({{"key", etcd_base64(key)},
                            {"range_end", etcd_base64(prefix_end(key))},
                            {"target", "VERSION"},
                            {"result", "EQUAL"},
                            {"version", "0"}});
     }
-    json remove = {
-        {"request_delete_range",
-         {{"key", etcd_base64(prefix)}, {"range_end", etcd_base64(prefix_end(prefix))}}}};
-    json txn = {{"compare", std::move(none_in)}, {"success", json::array({std::move(remove)})}};
-    if (!EtcdClient(options.client).call("/v3/kv/txn", txn).value("succeeded", false)) return false;
-    if (options.lease) options.lease->revoke();
-    return true;
+    return remove_run(options, run_id, std::move(none_in));
 }
 
 }  // namespace ddprun

@@ -3,12 +3,8 @@
 // pays its load time or memory).
 #include "ddprun/store/store.hpp"
 
-#include <elf.h>
-
-#include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <string_view>
 
 #include "ddprun/base/elf_dependencies.hpp"
@@ -115,25 +111,7 @@ std::string store_plugin_torch_version(const std::string& path) {
     // The marker is a string constant: in the plugin's loadable segments (about 64 KiB),
     // not in the debug information after them (2 MiB in a RelWithDebInfo build, which
     // read byte by byte cost --version 20 ms). So only the loadable part is mapped.
-    std::uint64_t loaded = 0;
-    {
-        const MappedFile start(path, 4096);
-        const std::string_view head = start.data();
-        Elf64_Ehdr header{};
-        if (head.size() < sizeof header) return {};
-        std::memcpy(&header, head.data(), sizeof header);
-        if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
-            header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phoff > head.size() ||
-            header.e_phnum > (head.size() - header.e_phoff) / sizeof(Elf64_Phdr))
-            return {};
-        for (std::size_t i = 0; i < header.e_phnum; ++i) {
-            Elf64_Phdr segment{};
-            std::memcpy(&segment, head.data() + header.e_phoff + i * sizeof segment,
-                        sizeof segment);
-            if (segment.p_type == PT_LOAD)
-                loaded = std::max(loaded, segment.p_offset + segment.p_filesz);
-        }
-    }
+    const std::uint64_t loaded = loaded_size(path);
     constexpr std::uint64_t k_max_loaded = 64 * 1024 * 1024;
     if (loaded == 0 || loaded > k_max_loaded) return {};
     const MappedFile file(path, loaded);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <expected>
 #include <limits>
 #include <string>
@@ -23,6 +24,10 @@ struct ElfDependencies {
 // Reads a 64-bit little-endian ELF file (the only kind ddprun is built for).
 // The error names the file and what is wrong with it.
 std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path);
+
+// Where the last loadable segment of the ELF file `path` ends (what the loader
+// maps of it: not the debug information after it); 0 if it is no ELF file.
+std::uint64_t loaded_size(const std::string& path);
 
 // A file's first `limit` bytes (all of it when shorter), mapped read-only: the
 // kernel maps the cached pages around each fault, where a read would zero and
