@@ -452,10 +452,10 @@ std::vector<std::pair<std::string, std::string>> describe_sources(
     // Everything else the job file set, so that --dry-run shows what it changed.
     if (const auto file = settings.find("config"); file != settings.end()) {
         std::string set;
+        using Source = std::pair<std::string, std::string>;
         for (const auto& [name, setting] : settings)
             if (!setting.origin.empty() &&
-                std::none_of(sources.begin(), sources.end(),
-                             [&](const auto& source_entry) { return source_entry.first == name; }))
+                std::ranges::find(sources, name, &Source::first) == sources.end())
                 set += fmt::format("{}{}", set.empty() ? "" : " ", name);
         sources.push_back(entry("config", file->second.value,
                                 source("config") + (set.empty() ? "" : "; also sets " + set)));
