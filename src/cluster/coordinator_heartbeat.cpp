@@ -60,6 +60,14 @@ std::string store_failure(const StoreError& e) {
     return std::string("lost the rendezvous store: ") + e.what();
 }
 
+// An etcd that did not answer for a moment (a member killed, the link down for a
+// second): this agent's lease holds until heartbeat_timeout after its last renewal,
+// so the renewal is tried again rather than the store given up for lost. The stall
+// timer (StoreCluster) ends the agent once the store was silent for longer.
+bool transient(const StoreError& e) {
+    return e.kind() == StoreError::Kind::Timeout || e.kind() == StoreError::Kind::Connection;
+}
+
 }  // namespace
 
 void Coordinator::start_heartbeats(int node_rank, LostHandler on_lost) {
@@ -274,6 +282,12 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             }
         } catch (const StoreError& e) {
             if (m_closing && liveness) return;  // its etcd calls were cancelled: closing
+            if (liveness && transient(e) && steady_ms() - m_beat_done_ms < timeout.count()) {
+                spdlog::debug("renewing this agent's etcd lease: {}; trying again", e.what());
+                lock.lock();
+                m_wake.wait_for(lock, interval, [this] { return m_closing.load(); });
+                continue;
+            }
             std::string msg = store_failure(e);
             if (elastic && !liveness) msg += k_store_host_is_vital;
             reach_agent([on_lost, msg] { on_lost(msg); });
@@ -304,6 +318,13 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                 }
             } catch (const StoreError& e) {
                 if (m_closing) return;  // cancelled: the agent is closing
+                if (transient(e) && steady_ms() - m_beat_done_ms < timeout.count()) {
+                    // The watch could not reach etcd: renew the lease at once, which says
+                    // whether this agent is still in the job.
+                    spdlog::debug("watching the others' etcd keys: {}; renewing", e.what());
+                    lock.lock();
+                    continue;
+                }
                 std::string msg = store_failure(e);
                 reach_agent([on_lost, msg] { on_lost(msg); });
                 return;

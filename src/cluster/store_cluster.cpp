@@ -153,7 +153,10 @@ class StoreCluster final : public Cluster {
     }
 
     void end_job(int exit_code) override {
-        if (m_coordinator)
+        // A node that lost the store (frozen, cut off, given up by the others) ends only
+        // itself: the others may go on without it, and a leader deposed meanwhile (etcd)
+        // must not publish the job's end to them and to every agent that arrives later.
+        if (m_coordinator && !m_lost_store)
             m_coordinator->close_job(exit_code,
                                      fmt::format("the job ended (exit code {})", exit_code));
     }
@@ -181,6 +184,7 @@ class StoreCluster final : public Cluster {
     Joined m_join_done;
     RoundHandlers m_handlers;
     std::optional<StopEvent> m_stop;  // how the current round ended, once known
+    bool m_lost_store = false;        // a round of this agent ended in StoreLost
 };
 
 std::expected<Coordinator::Options, Error> StoreCluster::options() const {
@@ -204,6 +208,8 @@ std::expected<Coordinator::Options, Error> StoreCluster::options() const {
             at = comma + 1;
         }
         store.client.timeout = settings.read_timeout;
+        // Longer than this without etcd, the others give this agent up anyway.
+        store.client.outage_grace = settings.heartbeat_timeout;
         if (auto prefix = settings.other.find("prefix"); prefix != settings.other.end())
             store.prefix = prefix->second;
         const EtcdAccess& access = settings.etcd;
@@ -414,6 +420,7 @@ void StoreCluster::start_heartbeats() {
 }
 
 void StoreCluster::stop(StopEvent event) {
+    if (event.kind == StopEvent::Kind::StoreLost) m_lost_store = true;
     if (m_joining) {
         // An elastic agent waiting to join lost the leader: the join fails with why.
         if (event.kind == StopEvent::Kind::StoreLost) {

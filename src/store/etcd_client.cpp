@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -112,16 +113,35 @@ std::string EtcdClient::current_endpoint() const {
     return m_transport->current_endpoint();
 }
 
+template <class Attempt>
+auto EtcdClient::riding_outage(Clock::time_point deadline, Attempt attempt) {
+    constexpr auto k_pause = std::chrono::milliseconds(100);
+    const auto give_up = std::min(deadline, Clock::now() + m_options.outage_grace);
+    for (;;) {
+        try {
+            auto answer = attempt();
+            if (m_options.reached) m_options.reached->store(true);
+            return answer;
+        } catch (const StoreError& error) {
+            const bool outage = error.kind() == StoreError::Kind::Connection && m_options.reached &&
+                                m_options.reached->load();
+            if (!outage || Clock::now() + k_pause >= give_up) throw;
+        }
+        std::this_thread::sleep_for(k_pause);
+    }
+}
+
 json EtcdClient::call(const std::string& path, const json& body) {
     const auto deadline = Clock::now() + m_options.timeout;
     const std::string text = body.dump();
     std::string sent = token(deadline);
-    auto answer = m_transport->post(path, text, sent, deadline);
+    auto post = [&] { return m_transport->post(path, text, sent, deadline); };
+    auto answer = riding_outage(deadline, post);
     if (m_options.credentials && answer.status != 200 &&
         token_refused(answer.status, answer.body)) {
         // A new token, once: a second refusal is etcd's answer.
         sent = token(deadline, sent);
-        answer = m_transport->post(path, text, sent, deadline);
+        answer = riding_outage(deadline, post);
     }
     auto parsed = json::parse(answer.body, nullptr, false);
     if (answer.status != 200 || !parsed.is_object())
@@ -156,25 +176,27 @@ EtcdClient::Events EtcdClient::watch_events(const std::string& key, const std::s
     for (bool renewed = false;;) {
         Events batch;
         std::string cancelled;  // why etcd cancelled the watch, if it did
-        auto end = m_transport->stream(
-            "/v3/watch", request_body, sent, deadline, [&](const std::string& line) {
-                auto message = json::parse(line, nullptr, false);
-                if (!message.is_object() || !message.contains("result")) return false;
-                const json& result = message["result"];
-                if (result.value("canceled", false)) {
-                    // etcd refused the watch (a token it forgot, no permission).
-                    cancelled = result.value("cancel_reason", std::string("no reason given"));
+        auto end = riding_outage(deadline, [&] {
+            return m_transport->stream(
+                "/v3/watch", request_body, sent, deadline, [&](const std::string& line) {
+                    auto message = json::parse(line, nullptr, false);
+                    if (!message.is_object() || !message.contains("result")) return false;
+                    const json& result = message["result"];
+                    if (result.value("canceled", false)) {
+                        // etcd refused the watch (a token it forgot, no permission).
+                        cancelled = result.value("cancel_reason", std::string("no reason given"));
+                        return true;
+                    }
+                    if (!result.contains("events") || !result["events"].is_array() ||
+                        result["events"].empty())
+                        return false;
+                    batch.events = result["events"].get<std::vector<json>>();
+                    for (const json& event : batch.events)
+                        if (event.contains("kv"))
+                            batch.revision = std::max(batch.revision, revision_of(event["kv"]));
                     return true;
-                }
-                if (!result.contains("events") || !result["events"].is_array() ||
-                    result["events"].empty())
-                    return false;
-                batch.events = result["events"].get<std::vector<json>>();
-                for (const json& event : batch.events)
-                    if (event.contains("kv"))
-                        batch.revision = std::max(batch.revision, revision_of(event["kv"]));
-                return true;
-            });
+                });
+        });
         if (end.kind == EtcdTransport::StreamEnd::Kind::Refused)
             throw StoreError(StoreError::Kind::Other, refusal(end.endpoint, end.status, end.body));
         if (!cancelled.empty()) {

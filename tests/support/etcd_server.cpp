@@ -85,23 +85,8 @@ EtcdCluster::EtcdCluster(int members, EtcdSecurity security, std::vector<std::st
         if (m_security.auth_token_ttl > 0)
             args.push_back(fmt::format("--auth-token-ttl={}", m_security.auth_token_ttl));
         args.insert(args.end(), flags.begin(), flags.end());
-        const std::string log = m_dir + "/" + member.name + ".log";
-        std::vector<char*> argv;
-        for (auto& arg : args) argv.push_back(arg.data());
-        argv.push_back(nullptr);
-        pid_t pid = ::fork();
-        if (pid == 0) {
-            // Dies with the test, whatever happens to it.
-            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-            int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-                ::dup2(fd, 1);
-                ::dup2(fd, 2);
-            }
-            ::execv(k_etcd, argv.data());
-            ::_exit(127);
-        }
-        member.pid = pid;
+        member.args = std::move(args);
+        launch(member);
     }
     // Ready once a read through every member succeeds.
     const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -254,6 +239,43 @@ std::string EtcdCluster::endpoints_from(int first) const {
         if (static_cast<int>(i) != first)
             text += fmt::format(",127.0.0.1:{}", m_members[i].client_port);
     return text;
+}
+
+void EtcdCluster::launch(Member& member) {
+    const std::string log = m_dir + "/" + member.name + ".log";
+    std::vector<char*> argv;
+    for (auto& arg : member.args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        // Dies with the test, whatever happens to it.
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            ::dup2(fd, 1);
+            ::dup2(fd, 2);
+        }
+        ::execv(k_etcd, argv.data());
+        ::_exit(127);
+    }
+    member.pid = pid;
+}
+
+bool EtcdCluster::restart(int index) {
+    Member& member = m_members.at(static_cast<std::size_t>(index));
+    if (member.pid > 0) return false;
+    launch(member);
+    EtcdClient client(client_options(index, 1s));
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+        try {
+            client.call("/v3/kv/range", {{"key", etcd_base64("ready")}});
+            return true;
+        } catch (const StoreError&) {
+            std::this_thread::sleep_for(50ms);
+        }
+    }
+    return false;
 }
 
 void EtcdCluster::kill(int index) {

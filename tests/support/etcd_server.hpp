@@ -59,6 +59,9 @@ class EtcdCluster {
     int leader() const;
     // SIGKILLs member `index` (a failover test).
     void kill(int index);
+    // Starts member `index` again after kill(), on its ports and data: true once it
+    // answers (bounded: 30 s).
+    bool restart(int index);
     // Stops every member.
     void stop();
 
@@ -87,7 +90,9 @@ class EtcdCluster {
         int client_port = 0;
         int peer_port = 0;
         std::string name;
+        std::vector<std::string> args;  // etcd's command line
     };
+    void launch(Member& member);
     std::string m_dir;
     EtcdSecurity m_security;
     bool m_auth_enabled = false;

@@ -28,6 +28,7 @@
 // when etcd refused the request.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,12 @@ struct EtcdOptions {
     std::chrono::milliseconds timeout{30000};      // each call, connecting included
     std::optional<EtcdTls> tls{};                  // https; none: plain http
     std::optional<EtcdCredentials> credentials{};  // etcd user and password
+    // Once a client made from these options (or a copy of them) has reached etcd, a
+    // call that finds no member answering (refused, unreachable: etcd restarting, a
+    // link down for a moment) tries again for this long, within its timeout; 0: not.
+    // Before that first answer a wrong endpoint is a mistake, reported at once.
+    std::chrono::milliseconds outage_grace{0};
+    std::shared_ptr<std::atomic<bool>> reached = std::make_shared<std::atomic<bool>>(false);
 };
 
 // Loads the CA, the client certificate and its key as a connection would,
@@ -127,6 +134,10 @@ class EtcdClient {
     // of the agent did so already.
     std::string token(std::chrono::steady_clock::time_point deadline,
                       const std::optional<std::string>& refused = std::nullopt);
+    // `attempt` (one request to the members), again while none answers, as long as
+    // m_options.outage_grace allows (see there).
+    template <class Attempt>
+    auto riding_outage(std::chrono::steady_clock::time_point deadline, Attempt attempt);
 
     EtcdOptions m_options;
     // The members and the connection (one thread at a time; cancel() from any).
