@@ -23,6 +23,13 @@ cmake --build "$build_dir" -j"$jobs"
 timeout --kill-after=30 1800 \
   ctest --test-dir "$build_dir" --output-on-failure -j2 --timeout 300
 
+# A short chaos soak (scripts/chaos.sh): elastic jobs of 8 agents over c10d and
+# a 3-member etcd under random faults, every invariant checked after each job.
+# A fixed seed, so that a failure here replays with the same command; the long
+# runs (an hour and more, docs/reliability.md) are run by hand.
+DURATION=${CHAOS_SECONDS:-90} SEED=${CHAOS_SEED:-2700} BUILD_DIR="$build_dir" \
+  timeout --kill-after=30 900 bash scripts/chaos.sh
+
 # The same tests on today's PyTorch: Debian sid (torch 2.14, g++ 16, Boost
 # 1.92, Python 3.14) in a debootstrap root (scripts/platform.sh). sid rather
 # than Debian 13: its torch is the newest (what pip users have), and the store
