@@ -90,6 +90,8 @@ for ((i = 1; i <= iterations; i++)); do
     status=$?
   run=$i
   if ((status == 0)); then
+    # What a test reports of its own loop (the --hosts kill's count and worst time).
+    grep -h '^launcher SIGKILLed ' "$log" | sed 's/^/stress.sh:   /' || true
     rm -f "$log"
     echo "stress.sh: iteration $i passed ($((SECONDS - start)) s so far)"
     continue
