@@ -21,12 +21,6 @@ namespace {
 
 // Blocking waits are cut in slices this long so that closing is prompt.
 constexpr std::chrono::milliseconds k_wait_slice{500};
-// How long a thread whose store is gone (not frozen) may take to fail its call: the
-// plugin's reconnect window (1 s, which c10d counts in whole seconds) and a reply.
-// Abandoning such a thread let it post to the agent's loop after it was gone: SIGSEGV
-// of a thawed agent, found by stress.sh.
-constexpr std::chrono::milliseconds k_settle_bound{3000};
-constexpr std::chrono::milliseconds k_killed_bound{1000};  // leave_at_once()
 
 }  // namespace
 
@@ -411,38 +405,6 @@ void Coordinator::abort(int round, const std::string& message, int exit_code) {
     // own join ends.
     m_join_cancelled = true;
     close_job(exit_code, message);
-}
-
-void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds bound,
-                            const std::vector<int>& lost, bool store_alive, bool joined) {
-    // The round may end without a stop (this agent was killed): the watcher must not wait.
-    cancel_watch();
-    if (!store_alive && store_stalled() && m_watcher.joinable() &&
-        m_watcher_done.wait_for(k_settle_bound) != std::future_status::ready) {
-        // The watcher is blocked in a call to the frozen store beyond its slice: c10d 2.x
-        // waits out the store's timeout for the reply to the CANCEL_WAIT it sends when a
-        // wait runs out. Abandoned with the rest (~Coordinator), whatever the clock says
-        // then. A store that is gone (not frozen) fails the call at once: joined.
-        abandon();
-        return;
-    }
-    stop_watcher();
-    if (!store_alive) return;  // a call to a dead store could block until its timeout
-    try {
-        if (!m_outcomes.empty()) m_rendezvous->publish_outcomes(round, node_rank, m_outcomes);
-        for (int node : lost) m_rendezvous->acknowledge(round, node, nnodes());
-        m_rendezvous->acknowledge(round, node_rank, nnodes());
-        if (m_options.store.is_server) {
-            auto missing = m_rendezvous->wait_acknowledged(round, nnodes(), bound);
-            if (!missing.empty() && joined)
-                spdlog::warn("{} node(s) did not confirm the end of the job; closing the store",
-                             missing.size());
-            if (!m_outcomes.empty())
-                m_others_outcomes = m_rendezvous->read_outcomes(round, nnodes(), node_rank);
-        }
-    } catch (const StoreError& e) {
-        spdlog::debug("ending the round: {}", e.what());
-    }
 }
 
 std::optional<Error> Coordinator::check_run_id() {

@@ -1841,6 +1841,55 @@ TEST_F(RendezvousFaults, ElasticNetworkPartitionDropsTheNodeCutOff) {
     EXPECT_FALSE(error_lines(e2.text()).empty()) << all();
 }
 
+// Found by scripts/chaos.sh: a node cut off from the store's host, then every node's
+// supervisor SIGKILLed (a cleanup that kills the ddprun it started, on each node).
+// Node 1's agent, killed, tells the others its end best effort within 1 s; it lingered
+// for read_timeout (60 s here), spinning a CPU in the store's reconnect loop.
+TEST_F(RendezvousFaults, AKilledAgentCutOffFromTheStoreLeavesAtOnce) {
+    Partition net;
+    if (!net.ready()) {
+        GTEST_SKIP() << "cannot create network namespaces here (" << net.error()
+                     << "); the partition test needs root and iproute2";
+    }
+    auto args_of = [&](int node, const std::string& addr) {
+        std::vector<std::string> args = {
+            "--nnodes=2",
+            "--nproc_per_node=2",
+            fmt::format("--rdzv_endpoint=10.231.0.1:{}", m_port),
+            "--rdzv_id=" + m_run_id,
+            "--rdzv_conf=join_timeout=20,heartbeat_timeout=30,read_timeout=60",
+            "--shutdown_timeout=300",
+            fmt::format("--node_rank={}", node),
+            "--local_addr=" + addr};
+        auto program = fake_worker(sleepers(m_dir));
+        args.insert(args.end(), program.begin(), program.end());
+        return args;
+    };
+    Pipe err0, err1;
+    CustomDdprun node0(args_of(0, "10.231.0.1"), job_env(),
+                       {.err = err0.write, .netns_fd = net.netns_a()});
+    CustomDdprun node1(args_of(1, "10.231.0.2"), job_env(),
+                       {.err = err1.write, .netns_fd = net.netns_b()});
+    err0.close_write();
+    err1.close_write();
+    StreamReader e0(err0.release_read()), e1(err1.release_read());
+    wait_ready(4, [&] { return "node 0:\n" + e0.text() + "\nnode 1:\n" + e1.text(); });
+    if (HasFatalFailure()) return;
+    const pid_t agent1 = agent_of(node1.pid());
+    ASSERT_GT(agent1, 0);
+    ASSERT_TRUE(net.cut());
+    allow_orphan_grace();
+    ::kill(node0.pid(), SIGKILL);
+    ::kill(node1.pid(), SIGKILL);
+    EXPECT_TRUE(node0.wait_exit(k_node_guard));
+    EXPECT_TRUE(node1.wait_exit(k_node_guard));
+    // 1 s for what it tells the others, and its workers' end: 5 s is a hang guard.
+    EXPECT_TRUE(wait_until([&] { return !process_alive(agent1); }, 5s))
+        << "node 1's agent outlived its supervisor; /proc says: "
+        << describe({process_info(agent1).value_or(ProcessInfo{})}) << "\nnode 1:\n"
+        << e1.text();
+}
+
 // ============================================================================
 // Bad input: exit 2, one line that names the problem, nothing started
 // ============================================================================

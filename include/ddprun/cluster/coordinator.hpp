@@ -166,6 +166,12 @@ class Coordinator {
     void on_kill(std::function<void()> on_kill) { m_on_kill = std::move(on_kill); }
 
   private:
+    // How long a thread whose store is gone (not frozen) may take to fail its call: the
+    // plugin's reconnect window (1 s, which c10d counts in whole seconds) and a reply.
+    // Abandoning such a thread let it post to the agent's loop after it was gone: SIGSEGV
+    // of a thawed agent, found by stress.sh.
+    static constexpr std::chrono::milliseconds k_settle_bound{3000};
+    static constexpr std::chrono::milliseconds k_killed_bound{1000};  // leave_at_once()
     // True when the threads that call the store (watcher, heartbeat, operations,
     // elastic leader) return within `bound`: the store's host is gone, its calls fail
     // at once (nothing to abandon), rather than frozen, where they block.
