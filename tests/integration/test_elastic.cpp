@@ -131,6 +131,20 @@ class ElasticTest : public MultiNodeTest {
         return ::testing::AssertionSuccess();
     }
 
+    // Freezes `node` (its supervisor and its agent) until round `round` runs `world`
+    // workers without it, then thaws it: whether the others re-formed.
+    ::testing::AssertionResult frozen_until_reformed(
+        DdprunProcess& node, int round, int world,
+        const std::vector<std::unique_ptr<DdprunProcess>>& agents) {
+        const pid_t agent = agent_of(node);
+        if (agent <= 0) return ::testing::AssertionFailure() << "no agent under the node";
+        ::kill(agent, SIGSTOP);
+        ::kill(node.pid(), SIGSTOP);
+        auto reformed = wait_round(round, world, agents);
+        ::kill(node.pid(), SIGCONT);
+        ::kill(agent, SIGCONT);
+        return reformed;
+    }
     int restart_count_of(int round) const {
         auto all = rounds();
         return all.contains(round) && !all[round].empty() ? all[round].front().restart : -1;
@@ -314,14 +328,7 @@ TEST_P(ElasticBackendTest, AFrozenNodeIsDroppedAndRefusedOnceThawed) {
     auto agents = start_agents(job, 3);
     ASSERT_TRUE(wait_round(0, 3, agents));
     auto& frozen = *agents[2];
-    pid_t agent = agent_of(frozen);
-    ASSERT_GT(agent, 0);
-    ::kill(agent, SIGSTOP);
-    ::kill(frozen.pid(), SIGSTOP);
-    auto reformed = wait_round(1, 2, agents);
-    ::kill(frozen.pid(), SIGCONT);
-    ::kill(agent, SIGCONT);
-    EXPECT_TRUE(reformed);
+    EXPECT_TRUE(frozen_until_reformed(frozen, 1, 2, agents));
     // Thawed, it learns that the others gave it up, stops its workers and leaves.
     ASSERT_TRUE(frozen.wait_exit_for(20s)) << stderr_of(agents);
     auto r = stop_all(agents);
@@ -495,14 +502,7 @@ TEST_F(ElasticEtcdTest, AFrozenLeaderLeavesTheJobToItsSuccessorOnceThawed) {
     agents.push_back(start_at(job, 3));
     ASSERT_TRUE(wait_round(0, 3, agents));
     auto& leader = *agents[0];
-    const pid_t agent = agent_of(leader);
-    ASSERT_GT(agent, 0);
-    ::kill(agent, SIGSTOP);
-    ::kill(leader.pid(), SIGSTOP);
-    auto reformed = wait_round(1, 2, agents);
-    ::kill(leader.pid(), SIGCONT);
-    ::kill(agent, SIGCONT);
-    ASSERT_TRUE(reformed);
+    ASSERT_TRUE(frozen_until_reformed(leader, 1, 2, agents));
     ASSERT_TRUE(leader.wait_exit_for(20s)) << stderr_of(agents);
     agents.push_back(start_at(job, 4));
     EXPECT_TRUE(wait_round(2, 3, agents));
