@@ -8,7 +8,12 @@
 
 namespace ddprun {
 
-// A port in 10000-19999 that nothing on 127.0.0.1 is bound to right now.
+// A port in 10000-19999 that nothing on 127.0.0.1 is bound to right now and
+// that no other test process has picked in its last 64 picks.
 int free_test_port();
+
+// Claims `port` against every other picker (false: another process, or this one,
+// holds it). free_test_port() claims what it returns.
+bool claim_test_port(int port);
 
 }  // namespace ddprun

@@ -1,9 +1,15 @@
-// Endpoints ("host:port", "[v6]:port") and free-port reservations.
+// Endpoints ("host:port", "[v6]:port"), free-port reservations, and the
+// tests' own port picker.
 #include "ddprun/base/ports.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "support/free_port.hpp"
 
 namespace ddprun {
 namespace {
@@ -50,6 +56,20 @@ TEST(Ports, ReservesAFreePort) {
     ASSERT_TRUE(second) << second.error().message;
     EXPECT_GT(first->port(), 0);
     EXPECT_NE(first->port(), second->port()) << "a held port is not handed out again";
+}
+
+// Two test processes (ctest -j) once picked the same port in the seconds before
+// either bound it: one job's agent met the other job's store.
+TEST(FreeTestPort, APortOneTestProcessPickedIsNotAnotherProcesssToTake) {
+    int port = free_test_port();
+    EXPECT_FALSE(claim_test_port(port)) << "nor this process's, twice";
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) ::_exit(claim_test_port(port) ? 1 : 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "another process claimed port " << port;
 }
 
 }  // namespace
