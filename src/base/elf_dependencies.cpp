@@ -48,26 +48,26 @@ std::vector<std::string> split_path(std::string_view text) {
 // anything past this is a damaged file, not one to allocate for.
 constexpr std::uint64_t k_max_table_bytes = 16 << 20;
 
-bool read_at(int fd, void* out, std::size_t size, std::uint64_t offset) {
-    auto got = ::pread(fd, out, size, static_cast<off_t>(offset));
-    return got >= 0 && static_cast<std::size_t>(got) == size;
-}
-
-std::optional<Elf64_Ehdr> read_header(int fd) {
+// The ELF header of `file` (a mapped file's bytes), if it is a 64-bit little-endian one.
+std::optional<Elf64_Ehdr> header_of(std::string_view file) {
     Elf64_Ehdr header{};
-    if (!read_at(fd, &header, sizeof header, 0)) return std::nullopt;
+    if (file.size() < sizeof header) return std::nullopt;
+    std::memcpy(&header, file.data(), sizeof header);
     if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) return std::nullopt;
     if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB)
         return std::nullopt;
     return header;
 }
 
-// A library of another architecture (an i386 entry of the cache) is skipped,
+// A library of another architecture (an i386 one on the search path) is skipped,
 // as the loader skips it.
 bool loadable(const std::string& path) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return false;
-    auto header = read_header(fd.get());
+    char bytes[sizeof(Elf64_Ehdr)];
+    if (::pread(fd.get(), bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes))
+        return false;
+    auto header = header_of({bytes, sizeof bytes});
     return header && (k_machine == EM_NONE || header->e_machine == k_machine);
 }
 
@@ -86,6 +86,17 @@ std::string expand_origin(std::string entry, const std::string& origin) {
 // The new-format cache (glibc 2.32 and later write only this one): a header,
 // then entries of (flags, key, value, osversion, hwcap) whose key and value
 // are offsets of strings from the start of the header.
+// An entry's flags say the library's kind and architecture, as the loader reads them
+// (glibc's _dl_cache_check_flags): an entry of another architecture (an i386 one) is
+// skipped without opening its file.
+#if defined(__x86_64__)
+constexpr std::int32_t k_cache_flags = 0x0303;  // FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
+#elif defined(__aarch64__)
+constexpr std::int32_t k_cache_flags = 0x0a03;  // FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64
+#else
+constexpr std::int32_t k_cache_flags = -1;  // any: not checked
+#endif
+
 std::string from_cache(const std::string& name, std::string_view data) {
     constexpr std::string_view k_magic = "glibc-ld.so.cache1.1";
     constexpr std::size_t k_header = 48, k_entry = 24;
@@ -100,7 +111,10 @@ std::string from_cache(const std::string& name, std::string_view data) {
     };
     for (std::uint32_t i = 0; i < count; ++i) {
         const char* entry = data.data() + k_header + std::size_t{i} * k_entry;
+        std::int32_t flags = 0;
         std::uint32_t key = 0, value = 0;
+        std::memcpy(&flags, entry, sizeof flags);
+        if (k_cache_flags != -1 && flags != k_cache_flags) continue;
         std::memcpy(&key, entry + 4, sizeof key);
         std::memcpy(&value, entry + 8, sizeof value);
         // The name and its terminating NUL, without measuring every key first.
@@ -108,21 +122,22 @@ std::string from_cache(const std::string& name, std::string_view data) {
             data.compare(key, name.size(), name) != 0 || data[key + name.size()] != '\0')
             continue;
         std::string path(string_at(value));
-        if (loadable(path)) return path;
+        if (exists(path)) return path;
     }
     return {};
 }
 
-// The program headers of the ELF file `path`; the error names it.
-std::expected<std::vector<Elf64_Phdr>, std::string> read_segments(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return std::unexpected(path + ": " + std::strerror(errno));
-    auto header = read_header(fd.get());
+// The program headers of `file`, the bytes of the ELF file `path`; the error names it.
+std::expected<std::vector<Elf64_Phdr>, std::string> segments_of(const std::string& path,
+                                                                std::string_view file) {
+    auto header = header_of(file);
     if (!header) return std::unexpected(path + ": not a 64-bit little-endian ELF file");
     std::vector<Elf64_Phdr> segments(header->e_phnum);
-    if (header->e_phentsize != sizeof(Elf64_Phdr) ||
-        !read_at(fd.get(), segments.data(), segments.size() * sizeof(Elf64_Phdr), header->e_phoff))
+    const std::size_t bytes = segments.size() * sizeof(Elf64_Phdr);
+    if (header->e_phentsize != sizeof(Elf64_Phdr) || header->e_phoff > file.size() ||
+        file.size() - header->e_phoff < bytes)
         return std::unexpected(path + ": cannot read its program headers");
+    std::memcpy(segments.data(), file.data() + header->e_phoff, bytes);
     return segments;
 }
 
@@ -150,13 +165,25 @@ MappedFile::~MappedFile() {
     if (!m_data.empty()) ::munmap(const_cast<char*>(m_data.data()), m_data.size());
 }
 
-std::uint64_t loaded_size(const std::string& path) {
-    auto segments = read_segments(path);
-    return segments ? loaded_end(*segments) : 0;
+std::string_view loaded_part(std::string_view file) {
+    auto segments = segments_of({}, file);
+    if (!segments) return {};
+    return file.substr(0, std::min<std::uint64_t>(loaded_end(*segments), file.size()));
 }
 
 std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path) {
-    auto read = read_segments(path);
+    const MappedFile file(path);
+    if (file.data().empty()) {
+        // Why it could not be mapped, in the words of open(2), or an empty file.
+        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) return std::unexpected(path + ": " + std::strerror(errno));
+    }
+    return read_elf_dependencies(path, file.data());
+}
+
+std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path,
+                                                                  std::string_view file) {
+    auto read = segments_of(path, file);
     if (!read) return std::unexpected(read.error());
     const std::vector<Elf64_Phdr>& segments = *read;
     // Dynamic entries hold addresses; the file offsets come from the loads.
@@ -167,11 +194,9 @@ std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::str
                 return address - segment.p_vaddr + segment.p_offset;
         return std::nullopt;
     };
-    // The loadable part, which holds the dynamic section and its strings, mapped
-    // once rather than read into zeroed buffers: a C++ library's string table is
-    // tens of KB, and --version reads two.
-    const MappedFile file(path, loaded_end(segments));
-    const std::string_view loaded = file.data();
+    // The loadable part holds the dynamic section and its strings.
+    const std::string_view loaded =
+        file.substr(0, std::min<std::uint64_t>(loaded_end(segments), file.size()));
     ElfDependencies out;
     for (const Elf64_Phdr& segment : segments) {
         if (segment.p_type != PT_DYNAMIC) continue;

@@ -108,14 +108,15 @@ bool tcp_store_available() {
 }
 
 std::string store_plugin_torch_version(const std::string& path) {
+    const MappedFile file(path);
+    return torch_version_in_store_plugin(file.data());
+}
+
+std::string torch_version_in_store_plugin(std::string_view plugin_file) {
     // The marker is a string constant: in the plugin's loadable segments (about 64 KiB),
     // not in the debug information after them (2 MiB in a RelWithDebInfo build, which
-    // read byte by byte cost --version 20 ms). So only the loadable part is mapped.
-    const std::uint64_t loaded = loaded_size(path);
-    constexpr std::uint64_t k_max_loaded = 64 * 1024 * 1024;
-    if (loaded == 0 || loaded > k_max_loaded) return {};
-    const MappedFile file(path, loaded);
-    const std::string_view bytes = file.data();
+    // read byte by byte cost --version 20 ms). So only the loadable part is searched.
+    const std::string_view bytes = loaded_part(plugin_file);
     auto at = bytes.find(k_store_plugin_torch_marker);
     if (at == std::string_view::npos) return {};
     at += k_store_plugin_torch_marker.size();

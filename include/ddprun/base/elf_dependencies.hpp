@@ -24,14 +24,20 @@ struct ElfDependencies {
 // Reads a 64-bit little-endian ELF file (the only kind ddprun is built for).
 // The error names the file and what is wrong with it.
 std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path);
+// The same from `file`, the bytes of `path` (a MappedFile's): --version maps a
+// plugin once for its dependencies and its marker string (every system call
+// costs 10-100 us on a VM, and --version has 3 ms).
+std::expected<ElfDependencies, std::string> read_elf_dependencies(const std::string& path,
+                                                                  std::string_view file);
 
-// Where the last loadable segment of the ELF file `path` ends (what the loader
-// maps of it: not the debug information after it); 0 if it is no ELF file.
-std::uint64_t loaded_size(const std::string& path);
+// The loadable part of the ELF file whose bytes are `file` (what the loader maps
+// of it: not the debug information after it); empty if it is no ELF file.
+std::string_view loaded_part(std::string_view file);
 
 // A file's first `limit` bytes (all of it when shorter), mapped read-only: the
 // kernel maps the cached pages around each fault, where a read would zero and
-// copy every page. Empty when the file cannot be opened or mapped.
+// copy every page, and only the pages touched cost anything. Empty when the
+// file cannot be opened or mapped.
 class MappedFile {
   public:
     explicit MappedFile(const std::string& path,

@@ -128,6 +128,8 @@ PluginLocation locate_store_plugin();
 // the file without loading it (the plugin carries k_store_plugin_torch_marker followed
 // by its TORCH_VERSION); empty when the file cannot be read or carries none.
 std::string store_plugin_torch_version(const std::string& path);
+// The same from the plugin file's bytes (a MappedFile's).
+std::string torch_version_in_store_plugin(std::string_view plugin_file);
 inline constexpr std::string_view k_store_plugin_torch_marker =
     "ddprun-store-plugin built against libtorch ";
 
