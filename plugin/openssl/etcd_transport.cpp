@@ -133,6 +133,8 @@ class BeastTransport final : public EtcdTransport {
         if (m_cancelled) throw StoreError(StoreError::Kind::Timeout, "the etcd call was cancelled");
     }
     void next_member() { m_current = (m_current + 1) % m_endpoints.size(); }
+    // A connection to the first member that takes one; nullptr when the call's time ran
+    // out before any member was tried. Throws when every member failed or refused.
     std::unique_ptr<Connection> connect_any(Clock::time_point deadline);
     std::string tls_failure_of(Connection& c, const beast::error_code& ec, bool handshake) const {
         return tls_failure(c.endpoint, ec, c.secure->native_handle(), *m_tls_files, handshake);
@@ -151,11 +153,22 @@ class BeastTransport final : public EtcdTransport {
     std::unique_ptr<Connection> m_connection;
 };
 
+// What a call that reached no member says; `errors`: what each member did.
+StoreError no_etcd_answers(const std::string& errors) {
+    return StoreError(StoreError::Kind::Connection,
+                      fmt::format("no etcd answers at --rdzv_endpoint ({})",
+                                  errors.empty() ? "timed out" : errors));
+}
+
 // Tries each member once, from the current one on, sharing what is left of
 // the call's time between those not yet tried. Over https the handshake is
 // part of connecting: a member whose certificate is refused (or that refuses
 // ours) is skipped like one that is down, and if none is left the TLS
-// refusal is the error, not "no etcd answers".
+// refusal is the error, not "no etcd answers". A call whose time ran out
+// before any member was tried is the caller's to judge: a watch's short slice
+// on a loaded machine is a watch that saw nothing yet, not an etcd gone (an
+// elastic leader whose 1 ms wait was spent before it connected took it for
+// the store lost and ended the job).
 std::unique_ptr<Connection> BeastTransport::connect_any(Clock::time_point deadline) {
     const std::size_t count = m_endpoints.size();
     std::string errors;
@@ -199,9 +212,8 @@ std::unique_ptr<Connection> BeastTransport::connect_any(Clock::time_point deadli
     }
     next_member();
     if (!refusals.empty()) throw StoreError(StoreError::Kind::Other, refusals);
-    throw StoreError(StoreError::Kind::Connection,
-                     fmt::format("no etcd answers at --rdzv_endpoint ({})",
-                                 errors.empty() ? "timed out" : errors));
+    if (errors.empty()) return nullptr;  // no member tried: the time ran out before
+    throw no_etcd_answers(errors);
 }
 
 http::request<http::string_body> BeastTransport::request(const Connection& c,
@@ -225,6 +237,7 @@ EtcdTransport::Answer BeastTransport::post(const std::string& path, const std::s
     for (std::size_t attempt = 0; Clock::now() < deadline; ++attempt) {
         throw_if_cancelled();
         if (!m_connection) m_connection = connect_any(deadline);
+        if (!m_connection) throw no_etcd_answers({});
         Connection& c = *m_connection;
         auto sent = request(c, path, body, token);
         sent.keep_alive(true);
@@ -290,6 +303,7 @@ EtcdTransport::StreamEnd BeastTransport::stream(
     while (Clock::now() < deadline) {
         throw_if_cancelled();
         auto connection = connect_any(deadline);
+        if (!connection) break;  // the deadline passed: TimedOut
         Connection& c = *connection;
         auto sent = request(c, path, body, token);
         http::response_parser<http::string_body> parser;
