@@ -83,9 +83,6 @@ std::string expand_origin(std::string entry, const std::string& origin) {
     return entry;
 }
 
-// The new-format cache (glibc 2.32 and later write only this one): a header,
-// then entries of (flags, key, value, osversion, hwcap) whose key and value
-// are offsets of strings from the start of the header.
 // An entry's flags say the library's kind and architecture, as the loader reads them
 // (glibc's _dl_cache_check_flags): an entry of another architecture (an i386 one) is
 // skipped without opening its file.
@@ -97,6 +94,9 @@ constexpr std::int32_t k_cache_flags = 0x0a03;  // FLAG_ELF_LIBC6 | FLAG_AARCH64
 constexpr std::int32_t k_cache_flags = -1;  // any: not checked
 #endif
 
+// The new-format cache (glibc 2.32 and later write only this one): a header,
+// then entries of (flags, key, value, osversion, hwcap) whose key and value
+// are offsets of strings from the start of the header.
 std::string from_cache(const std::string& name, std::string_view data) {
     constexpr std::string_view k_magic = "glibc-ld.so.cache1.1";
     constexpr std::size_t k_header = 48, k_entry = 24;
