@@ -1370,7 +1370,24 @@ TEST_P(TwoAgentFaults, FullDiskOnOneNodeWorkersRunOnAndItIsReported) {
 // Rendezvous
 // ============================================================================
 
-class RendezvousFaults : public Reliability {};
+class RendezvousFaults : public Reliability {
+  protected:
+    // Node `node` (0: its side hosts the store) of a 2 x 2 job across Partition's link,
+    // workers sleeping until stopped.
+    std::vector<std::string> partitioned_node(int node, const std::string& conf) const {
+        std::vector<std::string> args = {"--nnodes=2",
+                                         "--nproc_per_node=2",
+                                         fmt::format("--rdzv_endpoint=10.231.0.1:{}", m_port),
+                                         "--rdzv_id=" + m_run_id,
+                                         "--rdzv_conf=" + conf,
+                                         "--shutdown_timeout=300",
+                                         fmt::format("--node_rank={}", node),
+                                         fmt::format("--local_addr=10.231.0.{}", node + 1)};
+        auto program = fake_worker(sleepers(m_dir));
+        args.insert(args.end(), program.begin(), program.end());
+        return args;
+    }
+};
 
 // Another program on the rendezvous port: it accepts connections (the kernel
 // does, from the backlog) and never answers. -1 on failure (errno set).
@@ -1738,24 +1755,11 @@ TEST_F(RendezvousFaults, NetworkPartitionStopsBothSides) {
         GTEST_SKIP() << "cannot create network namespaces here (" << net.error()
                      << "); the partition test needs root and iproute2";
     }
-    std::vector<std::string> flags = {
-        "--nnodes=2",
-        "--nproc_per_node=2",
-        fmt::format("--rdzv_endpoint=10.231.0.1:{}", m_port),
-        "--rdzv_id=" + m_run_id,
-        "--rdzv_conf=join_timeout=20,heartbeat_timeout=2,read_timeout=5",
-        "--shutdown_timeout=300"};
-    auto program = fake_worker(sleepers(m_dir));
-    auto args_of = [&](int node, const std::string& addr) {
-        auto args = flags;
-        args.insert(args.end(), {fmt::format("--node_rank={}", node), "--local_addr=" + addr});
-        args.insert(args.end(), program.begin(), program.end());
-        return args;
-    };
+    const std::string conf = "join_timeout=20,heartbeat_timeout=2,read_timeout=5";
     Pipe out0, err0, out1, err1;
-    CustomDdprun node0(args_of(0, "10.231.0.1"), job_env(),
+    CustomDdprun node0(partitioned_node(0, conf), job_env(),
                        {.out = out0.write, .err = err0.write, .netns_fd = net.netns_a()});
-    CustomDdprun node1(args_of(1, "10.231.0.2"), job_env(),
+    CustomDdprun node1(partitioned_node(1, conf), job_env(),
                        {.out = out1.write, .err = err1.write, .netns_fd = net.netns_b()});
     out0.close_write();
     err0.close_write();
@@ -1851,24 +1855,11 @@ TEST_F(RendezvousFaults, AKilledAgentCutOffFromTheStoreLeavesAtOnce) {
         GTEST_SKIP() << "cannot create network namespaces here (" << net.error()
                      << "); the partition test needs root and iproute2";
     }
-    auto args_of = [&](int node, const std::string& addr) {
-        std::vector<std::string> args = {
-            "--nnodes=2",
-            "--nproc_per_node=2",
-            fmt::format("--rdzv_endpoint=10.231.0.1:{}", m_port),
-            "--rdzv_id=" + m_run_id,
-            "--rdzv_conf=join_timeout=20,heartbeat_timeout=30,read_timeout=60",
-            "--shutdown_timeout=300",
-            fmt::format("--node_rank={}", node),
-            "--local_addr=" + addr};
-        auto program = fake_worker(sleepers(m_dir));
-        args.insert(args.end(), program.begin(), program.end());
-        return args;
-    };
+    const std::string conf = "join_timeout=20,heartbeat_timeout=30,read_timeout=60";
     Pipe err0, err1;
-    CustomDdprun node0(args_of(0, "10.231.0.1"), job_env(),
+    CustomDdprun node0(partitioned_node(0, conf), job_env(),
                        {.err = err0.write, .netns_fd = net.netns_a()});
-    CustomDdprun node1(args_of(1, "10.231.0.2"), job_env(),
+    CustomDdprun node1(partitioned_node(1, conf), job_env(),
                        {.err = err1.write, .netns_fd = net.netns_b()});
     err0.close_write();
     err1.close_write();
