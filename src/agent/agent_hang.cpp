@@ -148,8 +148,13 @@ void Agent::Impl::dump_tracebacks() {
     if (phase != Phase::Stopping) return;  // killed meanwhile: nothing left to ask
     for (const auto& w : hang_stop->workers) {
         if (!is_python(w.pid)) continue;
-        (void)disable_core_dumps(w.pid);        // the dump is the point, not a core file
-        workers.signal_worker(w.pid, SIGABRT);  // pending until the SIGCONT below
+        (void)disable_core_dumps(w.pid);  // the dump is the point, not a core file
+        // Pending until the SIGCONT below, on the main thread: the thread that runs
+        // the program then dumps at once, still where it waited, and its tracebacks
+        // are "Current thread". Sent to the process, any thread could take it, and
+        // the main thread run on meanwhile: out of a collective whose peer another
+        // node has just killed, its frames unwinding as they are printed.
+        workers.signal_worker(w.pid, SIGABRT, WorkerGroup::Target::MainThread);
         hang_stop->dumping.push_back(w.pid);
     }
     for (const auto& w : hang_stop->workers) workers.signal_worker(w.pid, SIGCONT);

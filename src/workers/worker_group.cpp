@@ -295,12 +295,17 @@ std::optional<std::string> WorkerGroup::log_dir_of(int local_rank) const {
     return std::nullopt;
 }
 
-void WorkerGroup::signal_worker(pid_t pid, int signal) {
+void WorkerGroup::signal_worker(pid_t pid, int signal, Target target) {
     for (auto& w : m_impl->workers) {
         if (!w.running || w.pid != pid) continue;
         w.outcome.stopped_by_ddprun = true;
-        if (::kill(pid, signal) != 0 && errno != ESRCH)
-            spdlog::warn("kill({}, {}): {}", pid, signal_name(signal), std::strerror(errno));
+        // A running worker is unreaped, so its pid (and its main thread's id, the
+        // same number) is still this worker's.
+        const bool sent = target == Target::MainThread ? ::tgkill(pid, pid, signal) == 0
+                                                       : ::kill(pid, signal) == 0;
+        if (!sent && errno != ESRCH)
+            spdlog::warn("{}({}, {}): {}", target == Target::MainThread ? "tgkill" : "kill", pid,
+                         signal_name(signal), std::strerror(errno));
     }
 }
 

@@ -72,6 +72,39 @@ TEST_F(Hang, ARankThatStopsBeatingStopsTheJobWithItsStacks) {
     }
 }
 
+// A Python worker's tracebacks are its main thread's, caught where it waits, even
+// with eight other threads to take the SIGABRT: sent to the process, the signal
+// went to whichever thread woke first from the hang's SIGSTOP (two in three
+// times for a torch process), and the main thread ran on while another dumped
+// (how CI once saw a gloo rank out of its all_reduce).
+TEST_F(Hang, APythonWorkersStackIsItsMainThreadsWhateverThreadsItHas) {
+    const std::string script = path("threads.py");
+    std::ofstream(script) << "import os, threading, time\n"
+                             "def helper_loop():\n"
+                             "    while True:\n"
+                             "        time.sleep(60)\n"
+                             "for _ in range(8):\n"
+                             "    threading.Thread(target=helper_loop, daemon=True).start()\n"
+                             "os.write(int(os.environ['DDPRUN_PROGRESS_FD']), b'started\\n')\n"
+                             "def wait_here():\n"
+                             "    time.sleep(600)\n"
+                             "wait_here()\n";
+    RunOptions options;
+    options.env = {{"PYTHON_EXEC", k_python}};
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        auto r = run({"--nproc_per_node=4", "--hang-timeout=1", script}, options);
+        ASSERT_EQ(r.exit_code, 124) << r.describe();
+        for (int rank = 0; rank < 4; ++rank)
+            EXPECT_EQ(
+                own_lines_with(r.err, {fmt::format("rank {} (pid", rank),
+                                       "wait_here (threads.py:9) <- <module> (threads.py:10)"})
+                    .size(),
+                1u)
+                << "attempt " << attempt << "\n"
+                << r.describe();
+    }
+}
+
 // A worker that never writes to the fd is not watched: it runs to its end.
 TEST_F(Hang, AWorkerThatNeverBeatsIsNotWatched) {
     auto r = run(job({"--nproc_per_node=2", "--hang-timeout=0.3"}, {"sleep", "1.5"}));

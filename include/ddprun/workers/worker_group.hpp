@@ -86,7 +86,11 @@ class WorkerGroup {
     std::optional<std::string> log_dir_of(int local_rank) const;
     // Sends `signal` to one running worker's process (not its group), as ddprun's own
     // doing: its end is not a root cause (a hang's SIGABRT for its stacks).
-    void signal_worker(pid_t pid, int signal);
+    // Target::MainThread directs it at the thread that runs main() (the Python
+    // program): a signal sent to the process goes to whichever of its threads
+    // takes it first, which for a stopped worker woken by SIGCONT is any of them.
+    enum class Target { Process, MainThread };
+    void signal_worker(pid_t pid, int signal, Target target = Target::Process);
 
     // With --hang-timeout, each worker writes beats to DDPRUN_PROGRESS_FD
     // (progress.hpp): the running workers that wrote since the last call, and the
