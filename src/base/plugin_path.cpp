@@ -16,11 +16,14 @@ bool file_exists(const std::string& path) {
     return ::stat(path.c_str(), &info) == 0;
 }
 
-std::string own_directory() {
-    std::error_code error;
-    auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
-    if (error) return {};
-    return exe.parent_path().string();
+// Looked up once: both plugins are searched beside it.
+const std::string& own_directory() {
+    static const std::string dir = [] {
+        std::error_code error;
+        auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
+        return error ? std::string() : exe.parent_path().string();
+    }();
+    return dir;
 }
 
 }  // namespace
@@ -40,7 +43,7 @@ PluginLocation locate_plugin(const char* file_name, const char* environment_vari
         location.from_environment = true;
         return location;
     }
-    std::string dir = own_directory();
+    const std::string& dir = own_directory();
     if (dir.empty()) return location;
     for (std::filesystem::path candidate :
          {std::filesystem::path(dir), std::filesystem::path(dir) / DDPRUN_PLUGIN_RELATIVE_DIR}) {

@@ -16,7 +16,8 @@ const char* version();
 // checkout, with "-dirty" when it had uncommitted changes.
 const char* build_commit();
 
-// Every line of --version, each ending in '\n'.
+// Every line of --version, each ending in '\n'. For a process that exits next:
+// the files it reads stay mapped until then.
 std::string version_report();
 
 }  // namespace ddprun
