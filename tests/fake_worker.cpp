@@ -36,6 +36,8 @@
 //   write-error-file <msg>  write torch's @record JSON to $TORCHELASTIC_ERROR_FILE
 //   stdout-close            close stdout
 //   huge-line <bytes>       <bytes> bytes of 'h' on stdout and no newline, in 64 KiB writes
+//   allocate <mib>          allocate <mib> MiB and write to every page of it (prey for the
+//                           OOM killer of a memory cgroup with a smaller limit), then go on
 //   read-stdin              read stdin to its end (30 s at most), then print
 //                           "stdin: eof after <n> bytes" (or "stdin: <error>"); exits 96
 //                           with "stdin: still open" on stderr if it never ends
@@ -555,27 +557,11 @@ class Interpreter {
             return at + 1;
         }
         static constexpr std::string_view k_with_value[] = {
-            "print",
-            "stderr",
-            "partial",
-            "partial-stderr",
-            "flood",
-            "exit",
-            "raise",
-            "sleep",
-            "ignore",
-            "trap",
-            "trap-exit",
-            "wait-file",
-            "ready",
-            "write-error-file",
-            "huge-line",
-            "save-on-term",
-            "save-marker",
-            "getenv",
-            "beat",
-            "beat-storm",
-            "beat-background",
+            "print",      "stderr",          "partial",     "partial-stderr",   "flood",
+            "exit",       "raise",           "sleep",       "ignore",           "trap",
+            "trap-exit",  "wait-file",       "ready",       "write-error-file", "huge-line",
+            "allocate",   "save-on-term",    "save-marker", "getenv",           "beat",
+            "beat-storm", "beat-background",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {
@@ -624,6 +610,12 @@ class Interpreter {
             beat_background(parse_int(value));
         } else if (action == "huge-line") {
             huge_line(parse_int(value));
+        } else if (action == "allocate") {
+            const std::size_t bytes = static_cast<std::size_t>(parse_int(value)) << 20;
+            // Kept to the end; volatile, so that the writes are not optimized away.
+            auto* memory = static_cast<volatile char*>(std::malloc(bytes));
+            if (memory == nullptr) usage("allocate: malloc failed");
+            for (std::size_t i = 0; i < bytes; i += 4096) memory[i] = 1;
         } else if (action == "exit") {
             std::_Exit(parse_int(value));
         } else if (action == "raise") {

@@ -36,6 +36,12 @@ EventFields signal_field(int signal) {
     return signal == 0 ? EventFields(nullptr) : EventFields(signal_name(signal));
 }
 
+// What the kernel's OOM killer's kill said ("killed by ... (memory cgroup
+// ...)"), or null when it did not kill this worker or it could not be told.
+EventFields oom_field(const std::string& oom) {
+    return oom.empty() ? EventFields(nullptr) : EventFields(oom);
+}
+
 std::string_view stop_kind(StopEvent::Kind kind) {
     switch (kind) {
         case StopEvent::Kind::Done:
@@ -94,6 +100,7 @@ EventFields failure_fields(const FailureRecord& record) {
     cause["signal"] = signal_field(record.signal);
     cause["time"] = format_event_time(EventTime(std::chrono::milliseconds(record.time_ms)));
     cause["message"] = record.message;
+    cause["oom"] = oom_field(record.oom);
     return cause;
 }
 
@@ -167,6 +174,7 @@ EventFields worker_end_event(int round, const WorkerOutcome& outcome,
     fields["stopped_by_ddprun"] = outcome.stopped_by_ddprun;
     fields["duration_s"] = in_seconds(duration);
     fields["error_message"] = outcome.error_message;
+    fields["oom"] = oom_field(outcome.oom);
     return fields;
 }
 

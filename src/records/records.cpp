@@ -123,7 +123,8 @@ json failure_json(const FailureRecord& record) {
                 {"time_ms", record.time_ms},
                 {"message", truncated(record.message, k_max_message_bytes)},
                 {"stderr_tail", std::move(tail)},
-                {"stopped", record.stopped_by_ddprun}};
+                {"stopped", record.stopped_by_ddprun},
+                {"oom", truncated(record.oom, k_max_message_bytes)}};
 }
 
 std::expected<FailureRecord, std::string> failure_from(const json& object) {
@@ -143,6 +144,7 @@ std::expected<FailureRecord, std::string> failure_from(const json& object) {
     read.text("message", record.message);
     read.lines("stderr_tail", record.stderr_tail);
     read.boolean("stopped", record.stopped_by_ddprun);
+    if (read.has("oom")) read.text("oom", record.oom);  // an older agent writes none
     if (!read.ok()) return std::unexpected(read.error());
     auto it = std::find_if(std::begin(k_failure_kinds), std::end(k_failure_kinds),
                            [&](const auto& entry) { return entry.second == kind; });

@@ -139,6 +139,8 @@ std::string describe_worker(const WorkerOutcome& outcome) {
 }
 
 std::string describe_end(const WorkerOutcome& outcome) {
+    if (!outcome.oom.empty())
+        return fmt::format("{}, killed by the kernel's OOM killer", signal_name(outcome.signal));
     return outcome.signal != 0 ? signal_name(outcome.signal)
                                : fmt::format("exit code {}", outcome.exit_code);
 }
@@ -156,6 +158,7 @@ void append_root_cause(std::string& out, const WorkerOutcome& root) {
     if (root.signal != 0) {
         append_line(out, fmt::format("  signal:    {} (exit code {})", signal_name(root.signal),
                                      exit_code_of(root)));
+        if (!root.oom.empty()) append_line(out, fmt::format("  cause:     {}", root.oom));
     } else {
         append_line(out, fmt::format("  exit code: {}", root.exit_code));
     }

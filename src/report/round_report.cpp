@@ -21,6 +21,7 @@ FailureRecord failure_record(const WorkerOutcome& worker) {
     record.message = worker.error_message;
     record.stderr_tail = worker.stderr_tail;
     record.stopped_by_ddprun = worker.stopped_by_ddprun;
+    record.oom = worker.oom;
     return record;
 }
 
@@ -37,6 +38,7 @@ WorkerOutcome outcome_from(const FailureRecord& record) {
     o.error_message = record.message;
     o.stderr_tail = record.stderr_tail;
     o.stopped_by_ddprun = record.stopped_by_ddprun;
+    o.oom = record.oom;
     return o;
 }
 
@@ -80,8 +82,9 @@ std::string describe_failure(const std::optional<StopEvent>& stop,
                              const std::vector<WorkerOutcome>& local) {
     auto describe = [](const WorkerOutcome& o) {
         return fmt::format(
-            "rank {} on {} failed ({})", o.rank, o.host,
-            o.signal ? signal_name(o.signal) : fmt::format("exit code {}", o.exit_code));
+            "rank {} on {} failed ({}{})", o.rank, o.host,
+            o.signal ? signal_name(o.signal) : fmt::format("exit code {}", o.exit_code),
+            o.oom.empty() ? "" : ", killed by the kernel's OOM killer");
     };
     if (const FailureRecord* cause = failure_of(stop)) return describe(outcome_from(*cause));
     auto root = root_cause(local);

@@ -18,6 +18,7 @@
 #include "ddprun/hang/file_timer.hpp"
 #include "ddprun/hang/progress.hpp"
 #include "ddprun/workers/log_mux.hpp"
+#include "ddprun/workers/oom.hpp"
 #include "ddprun/workers/spawn.hpp"
 
 namespace asio = boost::asio;
@@ -62,6 +63,7 @@ struct WorkerGroup::Impl {
     int running = 0;
     bool killing = false;
     int round = 0;  // DDPRUN_ROUND of the workers, for the log prefix
+    OomWatch oom;  // the memory cgroup's OOM kills since the round's start
     // torch's FileTimer watchdog, decided at the first start(); null: not asked for.
     std::optional<std::unique_ptr<FileTimerServer>> file_timer;
 
@@ -132,6 +134,7 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
     // enough of it for every thread.
     if (ctx.config.hang_timeout.count() > 0) mux_options.tail_lines = 400;
     impl.mux = std::make_unique<LogMux>(impl.io, mux_options);
+    impl.oom.arm();
     return impl.spawn_all();
 }
 
@@ -207,9 +210,12 @@ std::optional<WorkerOutcome> WorkerGroup::on_exit(pid_t pid, int status) {
     w.running = false;
     if (--impl.running == 0) impl.timer.cancel();
     w.outcome.time = std::chrono::system_clock::now();
-    if (WIFSIGNALED(status))
+    if (WIFSIGNALED(status)) {
         w.outcome.signal = WTERMSIG(status);
-    else
+        // Of ddprun's own kills nothing is asked: they are not a root cause.
+        if (w.outcome.signal == SIGKILL && !w.outcome.stopped_by_ddprun)
+            w.outcome.oom = impl.oom.explain_sigkill().value_or("");
+    } else
         w.outcome.exit_code = WEXITSTATUS(status);
     if (w.outcome.failed()) {
         spdlog::debug("rank {} (pid {}) ended: exit code {}", w.spec.rank, pid,

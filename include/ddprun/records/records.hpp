@@ -91,6 +91,7 @@ struct FailureRecord {
     std::string message;
     std::vector<std::string> stderr_tail;  // kept to the last 20 lines of 500 bytes
     bool stopped_by_ddprun = false;        // a worker ddprun stopped (another failed)
+    std::string oom;  // the kernel's OOM killer ended it (WorkerOutcome::oom); may be empty
 };
 
 // How Rendezvous::wait_stop() ended: what the round's "stop" record says

@@ -28,6 +28,9 @@ struct WorkerOutcome {
     std::chrono::system_clock::time_point time;  // when the agent saw it end
     std::string error_message;                   // from its error file, may be empty
     std::vector<std::string> stderr_tail;        // last lines of its stderr
+    // Of a SIGKILL: "killed by the kernel's OOM killer (memory cgroup ...)" when
+    // the cgroup's counter says so (workers/oom.hpp); empty when not, or unknown.
+    std::string oom;
 
     bool failed() const { return signal != 0 || exit_code != 0; }
 };
