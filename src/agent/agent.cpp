@@ -106,6 +106,7 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     barrier_entered.reset();
     if (hang_stop && hang_stop->capture.joinable()) hang_stop->capture.join();
     hang_stop.reset();
+    watch_progress();
     auto started = workers.start(round, info);
     if (!started) {
         spdlog::error("{}", started.error().message);
@@ -155,7 +156,7 @@ RoundResult Agent::Impl::round_result() {
     }
 }
 
-int Agent::Impl::report_failure(const std::string& title) {
+int Agent::Impl::report_failure(const std::string& title, std::optional<int> job_exit_code) {
     if (stop_event && stop_event->kind == StopEvent::Kind::Failure &&
         stop_event->failure.kind == FailureKind::Hang) {
         std::fflush(stdout);
@@ -164,20 +165,20 @@ int Agent::Impl::report_failure(const std::string& title) {
         std::optional<RankProgress> first;
         if (hang_stop) first = first_to_stop(hang_stop->progress);
         std::fputs(format_hang_summary(
-                       title, stop_event->exit_code,
+                       title, job_exit_code.value_or(stop_event->exit_code),
                        first ? describe_first_stop(*first, limits()) : stop_event->failure.message,
                        hang_stop ? describe_progress(hang_stop->progress) : std::string(),
                        hang_stop ? hang_stop->rank_lines : std::vector<std::string>{})
                        .c_str(),
                    stderr);
         std::fflush(stderr);
-        return stop_event->exit_code;
+        return job_exit_code.value_or(stop_event->exit_code);
     }
     const bool speaks_for_all = shared_console() && node_rank == 0;
     auto summary = summarize_failure(
         title, stop_event, workers.outcomes(), node_rank,
-        speaks_for_all ? cluster->others_outcomes() : std::vector<FailureRecord>{});
-    if (!summary) return exit_code::kInternal;
+        speaks_for_all ? cluster->others_outcomes() : std::vector<FailureRecord>{}, job_exit_code);
+    if (!summary) return job_exit_code.value_or(exit_code::kInternal);
     if (shared_console() && !speaks_for_all) {
         spdlog::debug("job failed (exit code {}); node 0 prints the summary", summary->exit_code);
         return summary->exit_code;
@@ -211,6 +212,7 @@ void Agent::Impl::on_round_stop(StopEvent event) {
     if (!stop_event) {
         stop_event = std::move(event);
         log_round_stop();
+        if (stop_event->kind == StopEvent::Kind::Failure) note_progress();
     }
     if (stop_event->kind == StopEvent::Kind::Failure &&
         stop_event->failure.kind == FailureKind::Hang && phase == Phase::Running)
@@ -325,7 +327,10 @@ int Agent::Impl::run_rounds() {
         events.write("round", [&] { return round_event(*info); });
         const bool restarts_left = info->restart_count < max_restarts;
         RoundResult result = run_round(*info);
-        if (result.kind == RoundResult::Kind::Failed && !restarts_left && shared_console()) {
+        // Decided before end_round: the store's host may leave after it.
+        const bool restarting =
+            result.kind == RoundResult::Kind::Failed && restarts_left && !stops_for_no_progress();
+        if (result.kind == RoundResult::Kind::Failed && !restarting && shared_console()) {
             std::vector<FailureRecord> failed;
             for (const auto& worker : workers.outcomes())
                 if (worker.failed()) failed.push_back(failure_record(worker));
@@ -348,19 +353,29 @@ int Agent::Impl::run_rounds() {
                 });
                 continue;  // the membership changed: the next round, no restart used
             case RoundResult::Kind::Failed:
-                if (restarts_left) {
+                if (restarting) {
                     const bool hang = stop_event && stop_event->failure.kind == FailureKind::Hang;
                     const std::string reason =
                         hang ? "hang: " + stop_event->failure.message
                              : describe_failure(stop_event, workers.outcomes());
-                    spdlog::warn("{}; restarting the workers ({} of {})", reason,
-                                 info->restart_count + 1, max_restarts);
+                    spdlog::warn("{}; restarting the workers ({} of {}{})", reason,
+                                 info->restart_count + 1, max_restarts,
+                                 restarts_without_progress > 0
+                                     ? fmt::format("; {} in a row without progress, at most {}",
+                                                   restarts_without_progress,
+                                                   ctx.config.max_no_progress_restarts)
+                                     : std::string());
                     ++restarts_used;
                     events.write("restart", [&] {
                         return restart_event(round, info->restart_count + 1, max_restarts, reason);
                     });
                     continue;
                 }
+                if (restarts_left)  // it would have restarted, but made no progress
+                    return report_failure(
+                        fmt::format("ddprun: job made no progress in {} restart(s) in a row",
+                                    restarts_without_progress - 1),
+                        exit_code::kNoProgress);
                 if (stop_event && stop_event->failure.kind == FailureKind::Hang)
                     return report_failure(
                         max_restarts > 0

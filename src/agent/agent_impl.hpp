@@ -29,6 +29,18 @@ namespace ddprun {
 
 namespace asio = boost::asio;
 
+// A --progress-file as it was at one moment: a change to any of it is progress
+// (a checkpoint rewritten in place, or replaced by a rename).
+struct FileStamp {
+    bool exists = false;
+    std::uint64_t device = 0;
+    std::uint64_t inode = 0;
+    std::int64_t size = 0;
+    std::int64_t mtime_ns = 0;
+    bool operator==(const FileStamp&) const = default;
+};
+FileStamp stamp_of(const std::string& path);
+
 // How a round ended for this node.
 struct RoundResult {
     // Reformed: an elastic job's membership changed; the next round follows, no restart used.
@@ -55,6 +67,16 @@ struct Agent::Impl {
     bool left = false;                    // an elastic job's node leaving on a stop signal
     bool join_failed = false;             // the join's error is in; signals only give up
     std::optional<StopEvent> stop_event;  // how the round ended job-wide
+
+    // --max-no-progress-restarts (agent_progress.cpp): whether this node's ranks made
+    // progress in the round (decided at its stop, told to the others), the progress
+    // file as the round started, and the restarts in a row after rounds without any.
+    std::optional<bool> made_progress;
+    std::optional<FileStamp> progress_stamp;
+    int restarts_without_progress = 0;
+    void watch_progress();         // at the round's start
+    void note_progress();          // at its failure's stop: this node's, told to the others
+    bool stops_for_no_progress();  // after a failed round that would restart: every node alike
 
     // --event-log (agent_events.cpp, event_log.hpp): off without it, and then nothing
     // below is filled and each log_* returns at once.
@@ -91,7 +113,9 @@ struct Agent::Impl {
     std::expected<RoundInfo, int> join();
     RoundResult run_round(const RoundInfo& info);
     RoundResult round_result();
-    int report_failure(const std::string& title);
+    // The failure's box (this node's, or the job's where one console is shared);
+    // returns the exit code: the root cause's, or `job_exit_code` where ddprun chose one.
+    int report_failure(const std::string& title, std::optional<int> job_exit_code = std::nullopt);
     // Every node's output goes to one console (srun's, mpirun's): one summary
     // box for the job, on node 0, instead of a partial one per node.
     bool shared_console() const {

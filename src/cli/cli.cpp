@@ -312,6 +312,14 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
                        ->error_hint("needs --hang-timeout (the bound between beats)",
                                     "add --hang-timeout=SECS"));
     }
+    b.set("max-no-progress-restarts", config.max_no_progress_restarts,
+          [](const Setting& s) { return parse_int(s, 0, INT_MAX, "3"); });
+    b.set("progress-file", config.progress_file,
+          [](const Setting& s) { return parse_nonempty(s, "/ckpt/latest"); });
+    if (!config.progress_file.empty() && config.max_no_progress_restarts == 0)
+        b.fail(b.find("progress-file")
+                   ->error_hint("needs --max-no-progress-restarts (what a change is progress for)",
+                                "add --max-no-progress-restarts=N"));
     // Checked so a typo fails as it would in torchrun, then unused: workers are
     // always fork+exec'd, which is what every start method amounts to here.
     std::string start_method;

@@ -113,6 +113,15 @@ class StoreCluster final : public Cluster {
         m_coordinator->share_progress(m_round, m_node_rank, std::move(mine), bound,
                                       std::move(done));
     }
+    void publish_made_progress(bool made) override {
+        if (m_coordinator) m_coordinator->publish_made_progress(m_round, m_node_rank, made);
+    }
+    bool made_progress_anywhere(bool mine) override {
+        if (!m_coordinator) return mine;
+        // Every node says so at the stop; the slowest is done within its grace.
+        return m_coordinator->made_progress_anywhere(m_round, m_node_rank, mine,
+                                                     m_ctx.config.shutdown_timeout + k_kill_bound);
+    }
     std::vector<FailureRecord> others_outcomes() const override {
         return m_coordinator ? m_coordinator->others_outcomes() : std::vector<FailureRecord>{};
     }

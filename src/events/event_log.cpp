@@ -197,6 +197,17 @@ EventFields round_stop_event(int round, const StopEvent& stop, int node_rank) {
     return fields;
 }
 
+EventFields progress_event(int round, bool made_progress, int restarts_without_progress,
+                           int max_no_progress_restarts) {
+    EventFields fields;
+    fields["round"] = round;
+    fields["made_progress"] = made_progress;
+    fields["restarts_without_progress"] = restarts_without_progress;
+    fields["max_no_progress_restarts"] = max_no_progress_restarts;
+    fields["stopping"] = restarts_without_progress > max_no_progress_restarts;
+    return fields;
+}
+
 EventFields restart_event(int round, int restart, int max_restarts, std::string_view reason) {
     EventFields fields;
     fields["round"] = round;

@@ -225,6 +225,18 @@ std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec
             config.max_restarts > 0 ? fmt::format(" after {} restart(s)", config.max_restarts)
                                     : std::string());
     }
+    if (config.max_no_progress_restarts > 0) {
+        out += fmt::format(
+            "\nprogress: a failed round made progress when a rank wrote to "
+            "DDPRUN_PROGRESS_FD{}; after {} restart(s) in a row without it the job stops with exit "
+            "code 78{}\n",
+            config.progress_file.empty()
+                ? std::string()
+                : fmt::format(" or {} changed on a node", config.progress_file),
+            config.max_no_progress_restarts,
+            config.max_restarts > 0 ? std::string()
+                                    : " (no restarts: --max_restarts is 0, so this never applies)");
+    }
     return out;
 }
 

@@ -136,6 +136,37 @@ std::vector<RankProgress> Rendezvous::read_progress(int round, int nnodes, int e
     return read_node_lists<RankProgress>(m_store, keys, m_run_id, detail::parse_progress);
 }
 
+void Rendezvous::publish_made_progress(int round, int node_rank, bool made) {
+    m_store.set(key(round, fmt::format("made_progress/{}", node_rank)), made ? "1" : "0");
+}
+
+Rendezvous::ProgressVotes Rendezvous::read_made_progress(int round, int nnodes, int except,
+                                                         milliseconds bound) {
+    std::vector<std::string> keys;
+    for (int rank = 0; rank < nnodes; ++rank)
+        if (rank != except) keys.push_back(key(round, fmt::format("made_progress/{}", rank)));
+    try {
+        m_store.wait(keys, bound);  // usually there at once: each node says so at the stop
+    } catch (const StoreError& error) {
+        if (error.kind() != StoreError::Kind::Timeout) throw;
+    }
+    ProgressVotes votes;
+    for (const auto& vote_key : keys) {
+        std::string value;
+        try {
+            if (m_store.check({vote_key})) value = m_store.get(vote_key);
+        } catch (const RecordRejected&) {
+        }
+        if (value == "1")
+            ++votes.made;
+        else if (value != "0") {
+            if (!value.empty()) spdlog::warn("{}: not a progress vote, taken as none", vote_key);
+            ++votes.missing;
+        }
+    }
+    return votes;
+}
+
 void Rendezvous::acknowledge(int round, int node_rank, int nnodes) {
     m_store.set(key(round, fmt::format("ack/{}", node_rank)), "1");
     // A forged add can only make the store's host leave early, after every node saw the

@@ -264,7 +264,7 @@ std::string format_hang_summary(const std::string& title, int exit_code, const s
 }
 
 std::string format_summary(const std::string& title, const std::vector<WorkerOutcome>& outcomes,
-                           std::size_t root) {
+                           std::size_t root, std::optional<int> exit_code) {
     const std::string rule(k_box_width, '=');
     std::string out;
     append_line(out, rule);
@@ -274,7 +274,8 @@ std::string format_summary(const std::string& title, const std::vector<WorkerOut
         append_line(out, rule);
         return out;
     }
-    append_line(out, fmt::format("{} (exit code {})", title, exit_code_of(outcomes[root])));
+    append_line(out, fmt::format("{} (exit code {})", title,
+                                 exit_code.value_or(exit_code_of(outcomes[root]))));
     append_line(out, std::string(k_box_width, '-'));
     append_root_cause(out, outcomes[root]);
     append_other_failures(out, outcomes, root);

@@ -54,7 +54,8 @@ std::optional<FailureSummary> summarize_failure(const std::string& title,
                                                 const std::optional<StopEvent>& stop,
                                                 const std::vector<WorkerOutcome>& local,
                                                 int node_rank,
-                                                const std::vector<FailureRecord>& others) {
+                                                const std::vector<FailureRecord>& others,
+                                                std::optional<int> exit_code) {
     std::vector<WorkerOutcome> outcomes;
     std::optional<std::size_t> root;
     const FailureRecord* cause = failure_of(stop);
@@ -75,7 +76,8 @@ std::optional<FailureSummary> summarize_failure(const std::string& title,
     }
     if (!root) root = root_cause(outcomes);
     if (!root) return std::nullopt;
-    return FailureSummary{format_summary(title, outcomes, *root), exit_code_of(outcomes[*root])};
+    return FailureSummary{format_summary(title, outcomes, *root, exit_code),
+                          exit_code.value_or(exit_code_of(outcomes[*root]))};
 }
 
 std::string describe_failure(const std::optional<StopEvent>& stop,

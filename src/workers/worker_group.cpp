@@ -62,8 +62,9 @@ struct WorkerGroup::Impl {
     std::unique_ptr<LogMux> mux;
     int running = 0;
     bool killing = false;
-    int round = 0;  // DDPRUN_ROUND of the workers, for the log prefix
-    OomWatch oom;  // the memory cgroup's OOM kills since the round's start
+    int round = 0;        // DDPRUN_ROUND of the workers, for the log prefix
+    bool beaten = false;  // a worker of this round wrote to its progress fd
+    OomWatch oom;         // the memory cgroup's OOM kills since the round's start
     // torch's FileTimer watchdog, decided at the first start(); null: not asked for.
     std::optional<std::unique_ptr<FileTimerServer>> file_timer;
 
@@ -97,6 +98,7 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
     impl.killing = false;
     impl.running = 0;
     impl.round = info.round;
+    impl.beaten = false;
     impl.workers.clear();
     const std::string root = ctx.log_dir.empty() ? ctx.scratch_dir : ctx.log_dir;
     const std::string error_dir = attempt_dir(root, ctx.config.rdzv_id, round);
@@ -162,7 +164,7 @@ Status WorkerGroup::Impl::spawn_all() {
         auto err = make_pipe();
         if (!err) return std::unexpected(err.error());
         WorkerStdio stdio{dev_null.get(), out->second.get(), err->second.get()};
-        if (config.hang_timeout.count() > 0) {
+        if (config.reads_beats()) {
             auto channel = ProgressChannel::create();
             if (!channel) return std::unexpected(channel.error());
             w.progress = std::move(*channel);
@@ -320,9 +322,18 @@ std::vector<WorkerGroup::Beat> WorkerGroup::read_beats() {
     for (auto& w : m_impl->workers) {
         if (!w.running || !w.progress) continue;
         auto seen = w.progress->look();
-        if (seen.bytes > 0) beats.push_back(Beat{w.spec.rank, std::move(seen.label)});
+        if (seen.bytes == 0) continue;
+        m_impl->beaten = true;
+        beats.push_back(Beat{w.spec.rank, std::move(seen.label)});
     }
     return beats;
+}
+
+bool WorkerGroup::beaten() {
+    // What the ended workers wrote stays in their channels.
+    for (auto& w : m_impl->workers)
+        if (w.progress && w.progress->look().bytes > 0) m_impl->beaten = true;
+    return m_impl->beaten;
 }
 
 std::vector<std::string> WorkerGroup::finish() {

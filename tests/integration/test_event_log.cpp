@@ -163,8 +163,9 @@ TEST(EventLogSchema, TheDocumentHasEveryTable) {
     Schema schema = read_schema();
     for (const char* object : {"common", "root_cause", "config"})
         EXPECT_TRUE(schema.objects.contains(object)) << object;
-    for (const char* event : {"job_start", "round", "worker_start", "worker_end", "failure", "stop",
-                              "hang", "exit_barrier", "restart", "membership_change", "job_end"})
+    for (const char* event :
+         {"job_start", "round", "worker_start", "worker_end", "failure", "stop", "hang",
+          "exit_barrier", "restart", "progress", "membership_change", "job_end"})
         EXPECT_FALSE(schema.events[event].empty()) << event;
     // Every example line of the document fits its own tables; every event has one.
     std::ifstream in(EVENTS_DOC);

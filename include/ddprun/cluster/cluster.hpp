@@ -94,6 +94,12 @@ class Cluster {
     virtual void share_progress(std::vector<RankProgress> mine, std::chrono::milliseconds /*bound*/,
                                 Progressed done);
     virtual std::vector<FailureRecord> others_outcomes() const { return {}; }
+
+    // --max-no-progress-restarts: at a failed round's stop, whether this node's ranks
+    // made progress; between rounds (blocking, bounded), whether any node's did, so
+    // that every node makes the same decision. A single node has only its own.
+    virtual void publish_made_progress(bool /*made*/) {}
+    virtual bool made_progress_anywhere(bool mine) { return mine; }
 };
 
 // The cluster for `context`: single-node for --nnodes=1, else the store's.

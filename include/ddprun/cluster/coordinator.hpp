@@ -100,6 +100,13 @@ class Coordinator {
                         std::chrono::milliseconds bound,
                         std::function<void(std::vector<RankProgress>)> done);
     void publish_finished(int round, int node_rank);
+    // --max-no-progress-restarts: this node's ranks made progress in the failed round
+    // (fire and forget, at the stop); then, blocking between rounds, whether any node's
+    // did: the others' that arrive within `bound` (a node that said nothing counts
+    // as one that did, so that a slow node never stops the job).
+    void publish_made_progress(int round, int node_rank, bool made);
+    bool made_progress_anywhere(int round, int node_rank, bool mine,
+                                std::chrono::milliseconds bound);
 
     // Blocking (bounded by the store timeout): gives the round up on every
     // node, e.g. when this agent got a signal during the join.

@@ -135,6 +135,13 @@ struct LaunchConfig {
     // every worker gets DDPRUN_PROGRESS_FD, and Python workers PYTHONFAULTHANDLER=1.
     std::chrono::milliseconds hang_timeout{0};
     std::optional<std::chrono::milliseconds> hang_timeout_first;
+    // --max-no-progress-restarts / --progress-file: after this many restarts in a row
+    // whose failed round made no progress job-wide (no rank beat on DDPRUN_PROGRESS_FD,
+    // no node saw the progress file change) the job stops with kNoProgress; 0 is off.
+    int max_no_progress_restarts = 0;
+    std::string progress_file;
+    // Whether the workers get DDPRUN_PROGRESS_FD: for hangs, or for progress.
+    bool reads_beats() const { return hang_timeout.count() > 0 || max_no_progress_restarts > 0; }
 
     // Workers.
     std::string role = "default";

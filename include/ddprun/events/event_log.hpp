@@ -62,6 +62,10 @@ EventFields failure_event(int round, const FailureRecord& record);
 EventFields round_stop_event(int round, const StopEvent& stop, int node_rank);
 EventFields restart_event(int round, int restart, int max_restarts, std::string_view reason);
 EventFields membership_change_event(int round, std::string_view change);
+// --max-no-progress-restarts: whether the failed `round` made progress job-wide, the
+// restarts in a row without it so far, and whether the job stops for it.
+EventFields progress_event(int round, bool made_progress, int restarts_without_progress,
+                           int max_no_progress_restarts);
 EventFields hang_event(int round, const FailureRecord& cause);
 // `waited`: set when the barrier was left (the time since it was entered).
 EventFields exit_barrier_event(int round, std::optional<std::chrono::nanoseconds> waited);

@@ -102,6 +102,17 @@ class Rendezvous {
     std::vector<RankProgress> read_progress(int round, int nnodes, int except,
                                             std::chrono::milliseconds bound);
 
+    // After a failed round (--max-no-progress-restarts): whether this node's ranks
+    // made progress; and of the other nodes, how many said they did and how many
+    // said nothing within `bound` (or something unreadable, logged). Throw StoreError.
+    void publish_made_progress(int round, int node_rank, bool made);
+    struct ProgressVotes {
+        int made = 0;
+        int missing = 0;
+    };
+    ProgressVotes read_made_progress(int round, int nnodes, int except,
+                                     std::chrono::milliseconds bound);
+
     // This node has seen the round's stop. Throws StoreError.
     void acknowledge(int round, int node_rank, int nnodes);
     // For the store's host before it exits: blocks until all `nnodes` nodes

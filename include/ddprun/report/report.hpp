@@ -47,9 +47,10 @@ std::optional<std::size_t> root_cause(const std::vector<WorkerOutcome>& outcomes
 // host, pid, exit code or signal name, time, error-file message, stderr tail),
 // then one line per other failure, those stopped by ddprun marked "stopped".
 // `title` is e.g. "ddprun: job failed". Plain text, no colours, lines <= ~100
-// columns apart from quoted worker output.
+// columns apart from quoted worker output. `exit_code`: what the job exits with,
+// when not the root cause's (ddprun's own choice, e.g. --max-no-progress-restarts).
 std::string format_summary(const std::string& title, const std::vector<WorkerOutcome>& outcomes,
-                           std::size_t root);
+                           std::size_t root, std::optional<int> exit_code = std::nullopt);
 
 // The summary box of a hung job (--hang-timeout): `cause` (which rank stopped
 // beating, from the round's stop), `picture` (every node's ranks in one line,

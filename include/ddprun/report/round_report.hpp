@@ -29,12 +29,13 @@ struct FailureSummary {
 // (from `stop` when it names a failure, else the earliest of `local`), then
 // this node's other failed workers and those of `others` (the other nodes'
 // failed workers, where one box speaks for the whole job). nullopt when
-// nothing failed.
+// nothing failed. `exit_code`: the job's, when ddprun chose it (format_summary).
 std::optional<FailureSummary> summarize_failure(const std::string& title,
                                                 const std::optional<StopEvent>& stop,
                                                 const std::vector<WorkerOutcome>& local,
                                                 int node_rank,
-                                                const std::vector<FailureRecord>& others = {});
+                                                const std::vector<FailureRecord>& others = {},
+                                                std::optional<int> exit_code = std::nullopt);
 
 // One line for the log when a round fails and restarts: "rank 3 on host failed (exit code 1)".
 std::string describe_failure(const std::optional<StopEvent>& stop,

@@ -92,14 +92,18 @@ class WorkerGroup {
     enum class Target { Process, MainThread };
     void signal_worker(pid_t pid, int signal, Target target = Target::Process);
 
-    // With --hang-timeout, each worker writes beats to DDPRUN_PROGRESS_FD
-    // (progress.hpp): the running workers that wrote since the last call, and the
-    // last line each wrote ("" if none).
+    // With --hang-timeout (or --max-no-progress-restarts), each worker writes beats
+    // to DDPRUN_PROGRESS_FD (progress.hpp): the running workers that wrote since the
+    // last call, and the last line each wrote ("" if none).
     struct Beat {
         int rank = 0;
         std::string label;
     };
     std::vector<Beat> read_beats();
+    // Whether any worker of the round beat (running or ended), for
+    // --max-no-progress-restarts. Looks at every channel, so read_beats() sees
+    // nothing of what this one read: for the round's stop.
+    bool beaten();
 
     int running() const;
 
