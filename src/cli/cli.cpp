@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <iterator>
 #include <optional>
+#include <regex>
 #include <utility>
 
 #include "cli_options.hpp"
@@ -135,6 +136,33 @@ void resolve_verbosity(const GivenOptions& parsed, const Environment& env, Confi
     }
 }
 
+// --report-lines REGEX, each given one (a flag, a job file's line, or
+// DDPRUN_REPORT_LINES: one pattern), checked as the workers' lines will be matched.
+void resolve_report_lines(const GivenOptions& parsed, ConfigBuilder& b, LaunchConfig& config) {
+    const Setting* setting = b.find("report-lines");
+    if (setting == nullptr) return;
+    std::vector<std::string> patterns;
+    for (std::size_t i = 0; i < std::size(k_options); ++i)
+        if (k_options[i].name == "report-lines") patterns = parsed[i].values;
+    if (patterns.empty()) patterns = {setting->value};  // the environment's
+    for (const std::string& pattern : patterns) {
+        Setting one = *setting;
+        one.value = pattern;
+        if (pattern.empty()) {
+            b.fail(one.error("is empty", "'NCCL WARN|CUDA error'"));
+            return;
+        }
+        try {
+            (void)std::regex(pattern, std::regex::ECMAScript);
+        } catch (const std::regex_error& error) {
+            b.fail(one.error_hint(fmt::format("not a regular expression ({})", error.what()),
+                                  "write an ECMAScript regex, e.g. 'NCCL WARN|CUDA error'"));
+            return;
+        }
+    }
+    config.report_lines = std::move(patterns);
+}
+
 // Options the launcher keeps to itself, or sets per host, and so never passes
 // on as given (see FanOutSettings::agent_options).
 constexpr std::string_view k_launcher_options[] = {
@@ -211,6 +239,11 @@ void resolve_fan_out(const GivenOptions& parsed, const Settings& settings, Confi
             std::end(k_launcher_options))
             continue;
         std::string flag = "--" + std::string(name);
+        if (name == "report-lines") {
+            for (const std::string& pattern : config.report_lines)
+                fan.agent_options.push_back(flag + "=" + pattern);
+            continue;
+        }
         if (is_flag(*find_option(name))) {
             // A flag from the environment (DDPRUN_ALL_DEVICES=0) may be off.
             if (!setting.bare_flag && !parse_switch(setting).value_or(false)) continue;
@@ -243,6 +276,7 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     config.min_nnodes = nnodes.min;
     config.nnodes = nnodes.max;
     // Before --node_rank is checked against --nnodes: with --hosts, the host list sets both.
+    resolve_report_lines(parsed, b, config);  // before the agents' options are written
     resolve_fan_out(parsed, settings, b, config);
     b.set("nproc_per_node", config.nproc_per_node, parse_nproc);
     b.set("standalone", standalone, parse_switch);

@@ -17,7 +17,7 @@ namespace ddprun::cli {
 namespace {
 // Options that may be given more than once (cli.cpp counts -v, collects --env).
 bool repeatable(const OptionSpec& spec) {
-    return spec.name == "verbose" || spec.name == "env";
+    return spec.name == "verbose" || collects_every_value(spec);
 }
 
 bool is_choice_word(std::string_view word) {

@@ -93,6 +93,8 @@ constexpr OptionSpec k_option_table[] = {
      "stop (exit 78) after N restarts in a row without progress [off]"},
     {"progress-file", 0, "PATH", EnvDefault::Ddprun, k_ddprun,
      "a change to PATH (a checkpoint) is progress too"},
+    {"report-lines", 0, "REGEX", EnvDefault::Ddprun, k_ddprun,
+     "a failed rank's matching stderr lines go in the summary"},
     {"log-prefix", 0, "TEMPLATE", EnvDefault::Ddprun, k_ddprun,
      "{rank} {local_rank} {node_rank} {host} {role} {round}"},
     {"event-log", 0, "PATH", EnvDefault::Ddprun, k_ddprun,

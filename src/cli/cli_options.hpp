@@ -43,6 +43,12 @@ inline bool is_flag(const OptionSpec& spec) {
     return spec.value_name.empty();
 }
 
+// The options that may be given more than once, each time adding a value (the
+// others keep the last): --env NAME, --report-lines REGEX.
+inline bool collects_every_value(const OptionSpec& spec) {
+    return spec.name == "env" || spec.name == "report-lines";
+}
+
 // The option of this canonical name (a name from k_options: never null for one).
 const OptionSpec* find_option(std::string_view name);
 

@@ -189,7 +189,7 @@ std::expected<std::string, Error> job_file_text(CLI::App& app,
             options[i]->add_result(std::to_string(g.count));
         else if (is_flag(spec))
             options[i]->add_result(g.origin.empty() ? "true" : g.values.back());
-        else if (spec.name == "env")
+        else if (collects_every_value(spec))
             for (const std::string& value : g.values) options[i]->add_result(value);
         else
             options[i]->add_result(g.values.back());
@@ -256,11 +256,11 @@ std::expected<ParsedOptions, Error> parse_options(const Scanned& scanned,
         else if (is_flag(spec))
             option = app.add_flag(cli11_names(spec));
         else
-            // --env is the one option that may be given several times, each adding a variable.
-            option =
-                app.add_option(cli11_names(spec))
-                    ->multi_option_policy(spec.name == "env" ? CLI::MultiOptionPolicy::TakeAll
-                                                             : CLI::MultiOptionPolicy::TakeLast);
+            // --env and --report-lines may be given several times, each adding a value.
+            option = app.add_option(cli11_names(spec))
+                         ->multi_option_policy(collects_every_value(spec)
+                                                   ? CLI::MultiOptionPolicy::TakeAll
+                                                   : CLI::MultiOptionPolicy::TakeLast);
         if (!file_may_set(spec.name)) option->configurable(false);
         options.push_back(option);
     }
@@ -306,7 +306,7 @@ std::expected<ParsedOptions, Error> parse_options(const Scanned& scanned,
         if (scanned.spelling.contains(spec.name)) continue;  // the command line's
         if (spec.name == "config") continue;                 // DDPRUN_CONFIG's
         g.origin = origin_of(*file, lines, spec.name);
-        if (spec.name == "env") continue;
+        if (collects_every_value(spec)) continue;
         // One value, as the command line would give it: an unquoted a,b list is one string
         // again, and a flag's true, false or count is kept for its parser.
         std::string value;

@@ -112,6 +112,9 @@ json failure_json(const FailureRecord& record) {
     json tail = json::array();
     for (std::size_t i = first; i < record.stderr_tail.size(); ++i)
         tail.push_back(truncated(record.stderr_tail[i], k_max_tail_line_bytes));
+    json report_lines = json::array();
+    for (const auto& line : record.report_lines)
+        report_lines.push_back(truncated(line, k_max_tail_line_bytes));
     return json{{"kind", to_string(record.kind)},
                 {"node_rank", record.node_rank},
                 {"host", record.host},
@@ -124,7 +127,9 @@ json failure_json(const FailureRecord& record) {
                 {"message", truncated(record.message, k_max_message_bytes)},
                 {"stderr_tail", std::move(tail)},
                 {"stopped", record.stopped_by_ddprun},
-                {"oom", truncated(record.oom, k_max_message_bytes)}};
+                {"oom", truncated(record.oom, k_max_message_bytes)},
+                {"report_lines", report_lines},
+                {"report_lines_total", record.report_lines_total}};
 }
 
 std::expected<FailureRecord, std::string> failure_from(const json& object) {
@@ -144,7 +149,12 @@ std::expected<FailureRecord, std::string> failure_from(const json& object) {
     read.text("message", record.message);
     read.lines("stderr_tail", record.stderr_tail);
     read.boolean("stopped", record.stopped_by_ddprun);
-    if (read.has("oom")) read.text("oom", record.oom);  // an older agent writes none
+    // An older agent writes none of these.
+    if (read.has("oom")) read.text("oom", record.oom);
+    if (read.has("report_lines")) read.lines("report_lines", record.report_lines);
+    if (read.has("report_lines_total"))
+        read.integer("report_lines_total", record.report_lines_total, std::int64_t{0},
+                     std::int64_t{INT64_MAX});
     if (!read.ok()) return std::unexpected(read.error());
     auto it = std::find_if(std::begin(k_failure_kinds), std::end(k_failure_kinds),
                            [&](const auto& entry) { return entry.second == kind; });

@@ -175,6 +175,16 @@ void append_root_cause(std::string& out, const WorkerOutcome& root) {
         }
         if (!is_blank(rest)) append_line(out, fmt::format("{}{}", indent, k_truncated.substr(1)));
     }
+    if (!root.report_lines.empty()) {
+        append_line(out, root.report_lines.size() == root.report_lines_total
+                             ? fmt::format("  stderr lines matching --report-lines ({}):",
+                                           root.report_lines_total)
+                             : fmt::format("  stderr lines matching --report-lines (the last {} "
+                                           "of {}):",
+                                           root.report_lines.size(), root.report_lines_total));
+        for (const auto& line : root.report_lines)
+            append_line(out, fmt::format("    | {}", printable(line, k_max_quoted_line_bytes)));
+    }
     if (!root.stderr_tail.empty()) {
         const std::size_t shown = std::min(root.stderr_tail.size(), k_max_tail_lines);
         append_line(out, shown == 1 ? std::string("  last line of stderr:")

@@ -22,6 +22,8 @@ FailureRecord failure_record(const WorkerOutcome& worker) {
     record.stderr_tail = worker.stderr_tail;
     record.stopped_by_ddprun = worker.stopped_by_ddprun;
     record.oom = worker.oom;
+    record.report_lines = worker.report_lines;
+    record.report_lines_total = static_cast<std::int64_t>(worker.report_lines_total);
     return record;
 }
 
@@ -39,6 +41,8 @@ WorkerOutcome outcome_from(const FailureRecord& record) {
     o.stderr_tail = record.stderr_tail;
     o.stopped_by_ddprun = record.stopped_by_ddprun;
     o.oom = record.oom;
+    o.report_lines = record.report_lines;
+    o.report_lines_total = static_cast<std::size_t>(record.report_lines_total);
     return o;
 }
 

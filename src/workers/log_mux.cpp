@@ -109,12 +109,14 @@ struct LogMux::Impl {
         LineSplitter splitter;
         int file_fd = -1;
         std::string file_path;
-        std::shared_ptr<StderrTail> tail;  // stderr streams only
+        std::shared_ptr<StderrTail> tail;      // stderr streams only
+        std::shared_ptr<LineMatcher> matcher;  // stderr streams, with --report-lines
     };
 
     struct Worker {
         std::shared_ptr<Stream> out, err;
         std::shared_ptr<StderrTail> tail;
+        std::shared_ptr<LineMatcher> matcher;
     };
 
     Impl(boost::asio::io_context& io_context, Options opts)
@@ -272,6 +274,7 @@ struct LogMux::Impl {
         bytes_carried += chunk.size();
         if (stream->file_fd >= 0) write_file(*stream, chunk);
         if (stream->tail) stream->tail->feed(chunk);
+        if (stream->matcher) stream->matcher->feed(chunk);
         if (stream->console == nullptr || stream->console->failed) return;
 
         LineSplitter& splitter = stream->splitter;
@@ -419,7 +422,12 @@ Status LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int
                                   &impl.consoles[0], prefix, out, error);
     worker.err = impl.open_stream(stderr_fd, fmt::format("worker {}'s stderr", id),
                                   impl.stderr_console, prefix, err, error);
-    if (worker.err) worker.err->tail = worker.tail;
+    if (impl.options.report_patterns)
+        worker.matcher = std::make_shared<LineMatcher>(impl.options.report_patterns);
+    if (worker.err) {
+        worker.err->tail = worker.tail;
+        worker.err->matcher = worker.matcher;
+    }
     for (const auto& stream : {worker.out, worker.err}) {
         if (!stream) continue;
         boost::asio::post(impl.io, [stream] {
@@ -443,6 +451,12 @@ std::vector<std::string> LogMux::stderr_tail(int id) const {
     auto it = m_impl->workers.find(id);
     if (it == m_impl->workers.end()) return {};
     return it->second.tail->lines();
+}
+
+LineMatcher::Matches LogMux::report_lines(int id) const {
+    auto it = m_impl->workers.find(id);
+    if (it == m_impl->workers.end() || !it->second.matcher) return {};
+    return it->second.matcher->matches();
 }
 
 bool LogMux::all_closed() const {

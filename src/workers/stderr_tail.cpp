@@ -70,4 +70,42 @@ void StderrTail::append_to_current(std::string_view text) {
     m_current.append(text.substr(0, room));
 }
 
+LineMatcher::LineMatcher(std::shared_ptr<const Patterns> patterns, std::size_t keep,
+                         std::size_t max_line_bytes)
+    : m_patterns(std::move(patterns)), m_keep(keep), m_max_line_bytes(max_line_bytes) {}
+
+bool LineMatcher::wanted(std::string_view line) const {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    return std::any_of(m_patterns->begin(), m_patterns->end(), [line](const std::regex& pattern) {
+        return std::regex_search(line.begin(), line.end(), pattern);
+    });
+}
+
+void LineMatcher::take(std::string_view line, Matches& into) const {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    ++into.total;
+    if (into.lines.size() == m_keep) into.lines.erase(into.lines.begin());
+    into.lines.emplace_back(line.substr(0, m_max_line_bytes));
+}
+
+void LineMatcher::feed(std::string_view chunk) {
+    while (!chunk.empty()) {
+        const std::size_t nl = chunk.find('\n');
+        const std::string_view piece = chunk.substr(0, nl);
+        // A line of megabytes (a dumped tensor) is matched on its first part.
+        if (m_current.size() < m_max_line_bytes * 4)
+            m_current.append(piece.substr(0, m_max_line_bytes * 4 - m_current.size()));
+        if (nl == std::string_view::npos) return;
+        if (wanted(m_current)) take(m_current, m_matches);
+        m_current.clear();
+        chunk.remove_prefix(nl + 1);
+    }
+}
+
+LineMatcher::Matches LineMatcher::matches() const {
+    Matches out = m_matches;
+    if (!m_current.empty() && wanted(m_current)) take(m_current, out);
+    return out;
+}
+
 }  // namespace ddprun

@@ -65,6 +65,7 @@ struct WorkerGroup::Impl {
     int round = 0;        // DDPRUN_ROUND of the workers, for the log prefix
     bool beaten = false;  // a worker of this round wrote to its progress fd
     OomWatch oom;         // the memory cgroup's OOM kills since the round's start
+    std::shared_ptr<const LineMatcher::Patterns> report_patterns;  // --report-lines, compiled
     // torch's FileTimer watchdog, decided at the first start(); null: not asked for.
     std::optional<std::unique_ptr<FileTimerServer>> file_timer;
 
@@ -75,6 +76,7 @@ struct WorkerGroup::Impl {
     Status prepare_dirs();
     Status spawn_all();
     void complete(Worker& w);
+    void keep_report_lines(Worker& w);  // --report-lines' matches, into its outcome
 };
 
 WorkerGroup::WorkerGroup(asio::io_context& io, const LaunchContext& context,
@@ -135,6 +137,13 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
     // A hung Python worker's stacks come as faulthandler's dump on its stderr: keep
     // enough of it for every thread.
     if (ctx.config.hang_timeout.count() > 0) mux_options.tail_lines = 400;
+    if (!ctx.config.report_lines.empty() && !impl.report_patterns) {
+        auto patterns = std::make_shared<LineMatcher::Patterns>();
+        for (const auto& pattern : ctx.config.report_lines)  // checked by the command line
+            patterns->emplace_back(pattern, std::regex::ECMAScript | std::regex::optimize);
+        impl.report_patterns = std::move(patterns);
+    }
+    mux_options.report_patterns = impl.report_patterns;
     impl.mux = std::make_unique<LogMux>(impl.io, mux_options);
     impl.oom.arm();
     return impl.spawn_all();
@@ -201,6 +210,13 @@ void WorkerGroup::Impl::complete(Worker& w) {
     if (auto info = read_error_file(w.error_file)) w.outcome.error_message = info->message;
     mux->read_available(w.spec.local_rank);  // what it wrote before dying
     w.outcome.stderr_tail = mux->stderr_tail(w.spec.local_rank);
+    keep_report_lines(w);
+}
+
+void WorkerGroup::Impl::keep_report_lines(Worker& w) {
+    auto matched = mux->report_lines(w.spec.local_rank);
+    w.outcome.report_lines = std::move(matched.lines);
+    w.outcome.report_lines_total = matched.total;
 }
 
 std::optional<WorkerOutcome> WorkerGroup::on_exit(pid_t pid, int status) {
@@ -352,7 +368,10 @@ std::vector<std::string> WorkerGroup::finish() {
     if (!impl.mux) return problems;
     impl.mux->drain_and_close_all();
     for (auto& w : impl.workers)
-        if (w.outcome.failed()) w.outcome.stderr_tail = impl.mux->stderr_tail(w.spec.local_rank);
+        if (w.outcome.failed()) {
+            w.outcome.stderr_tail = impl.mux->stderr_tail(w.spec.local_rank);
+            impl.keep_report_lines(w);
+        }
     if (!impl.mux->file_error().empty()) problems.push_back(impl.mux->file_error());
     if (!impl.mux->console_error().empty()) problems.push_back(impl.mux->console_error());
     return problems;

@@ -140,6 +140,9 @@ struct LaunchConfig {
     // no node saw the progress file change) the job stops with kNoProgress; 0 is off.
     int max_no_progress_restarts = 0;
     std::string progress_file;
+    // --report-lines: ECMAScript regexes; a failed rank's stderr lines that match
+    // one are kept for its summary (stderr_tail.hpp), however far up they were.
+    std::vector<std::string> report_lines;
     // Whether the workers get DDPRUN_PROGRESS_FD: for hangs, or for progress.
     bool reads_beats() const { return hang_timeout.count() > 0 || max_no_progress_restarts > 0; }
 

@@ -92,6 +92,8 @@ struct FailureRecord {
     std::vector<std::string> stderr_tail;  // kept to the last 20 lines of 500 bytes
     bool stopped_by_ddprun = false;        // a worker ddprun stopped (another failed)
     std::string oom;  // the kernel's OOM killer ended it (WorkerOutcome::oom); may be empty
+    std::vector<std::string> report_lines;  // WorkerOutcome's
+    std::int64_t report_lines_total = 0;
 };
 
 // How Rendezvous::wait_stop() ended: what the round's "stop" record says

@@ -31,6 +31,9 @@ struct WorkerOutcome {
     // Of a SIGKILL: "killed by the kernel's OOM killer (memory cgroup ...)" when
     // the cgroup's counter says so (workers/oom.hpp); empty when not, or unknown.
     std::string oom;
+    // --report-lines: its stderr lines that matched (the last 10), and how many did.
+    std::vector<std::string> report_lines;
+    std::size_t report_lines_total = 0;
 
     bool failed() const { return signal != 0 || exit_code != 0; }
 };

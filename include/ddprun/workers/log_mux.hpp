@@ -12,6 +12,7 @@
 
 #include "ddprun/base/error.hpp"
 #include "ddprun/base/prefix_template.hpp"
+#include "ddprun/workers/stderr_tail.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -36,7 +37,9 @@ class LogMux {
         // arrived is shown as far as it goes (its continuation follows it).
         std::chrono::milliseconds partial_flush{100};
         std::size_t tail_lines = 20;  // stderr lines kept per worker
-        int stdout_fd = 1;            // the console; tests pass pipes
+        // --report-lines: stderr lines that match are kept too (LineMatcher); null: none.
+        std::shared_ptr<const LineMatcher::Patterns> report_patterns;
+        int stdout_fd = 1;  // the console; tests pass pipes
         int stderr_fd = 2;
     };
 
@@ -73,6 +76,8 @@ class LogMux {
     // StderrTail::lines() gives them (stderr_tail.hpp). Kept after
     // drain_and_close_all().
     std::vector<std::string> stderr_tail(int id) const;
+    // The stderr lines that matched Options::report_patterns (none without them).
+    LineMatcher::Matches report_lines(int id) const;
 
     // True once every added pipe reached EOF (or was closed).
     bool all_closed() const;

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +38,36 @@ class StderrTail {
     // The last byte fed was a '\r': the first half of a "\r\n", or the start of
     // a redraw of m_current if more of the line follows.
     bool m_cr_pending = false;
+};
+
+// The lines of a worker's stderr that match one of --report-lines' patterns:
+// unlike the tail, every line is looked at (an `NCCL WARN` 2,000 lines up is the
+// point); the last `keep` matches are kept, each cut to `max_line_bytes`. Off
+// LogMux's fast path: only built when patterns are given.
+class LineMatcher {
+  public:
+    using Patterns = std::vector<std::regex>;
+    explicit LineMatcher(std::shared_ptr<const Patterns> patterns, std::size_t keep = 10,
+                         std::size_t max_line_bytes = 500);
+
+    void feed(std::string_view chunk);
+
+    struct Matches {
+        std::vector<std::string> lines;  // the last `keep`, oldest first
+        std::size_t total = 0;           // every match so far
+    };
+    // A last line without newline counts (the worker died mid-line).
+    Matches matches() const;
+
+  private:
+    bool wanted(std::string_view line) const;
+    void take(std::string_view line, Matches& into) const;
+
+    std::shared_ptr<const Patterns> m_patterns;
+    std::size_t m_keep;
+    std::size_t m_max_line_bytes;
+    Matches m_matches;
+    std::string m_current;  // the line being written, cut to m_max_line_bytes * 4
 };
 
 }  // namespace ddprun

@@ -114,5 +114,45 @@ TEST(StderrTail, OneLine) {
     EXPECT_EQ(tail_of({"a\n", "b"}, 1), Lines{"b"});
 }
 
+// --report-lines: every line is looked at, however many arrive in one chunk or
+// however a line is split; the last 10 matches are kept with the total.
+std::shared_ptr<const LineMatcher::Patterns> patterns(std::initializer_list<const char*> texts) {
+    auto out = std::make_shared<LineMatcher::Patterns>();
+    for (const char* text : texts) out->emplace_back(text, std::regex::ECMAScript);
+    return out;
+}
+
+TEST(LineMatcher, AMatchThousandsOfLinesUpIsKept) {
+    LineMatcher matcher(patterns({"NCCL WARN", "CUDA error"}));
+    std::string flood;
+    for (int i = 0; i < 2000; ++i) flood += "step " + std::to_string(i) + "\n";
+    matcher.feed("start\nrank 3 NC");
+    matcher.feed("CL WARN Net : Connection closed by peer\r\n" + flood);
+    matcher.feed("RuntimeError: CUDA error: an illegal memory access");  // no newline: it died
+    const auto found = matcher.matches();
+    EXPECT_EQ(found.total, 2u);
+    EXPECT_EQ(found.lines, (Lines{"rank 3 NCCL WARN Net : Connection closed by peer",
+                                  "RuntimeError: CUDA error: an illegal memory access"}));
+}
+
+TEST(LineMatcher, OnlyTheLastTenAreKeptAndEveryOneCounted) {
+    LineMatcher matcher(patterns({"^W"}));
+    for (int i = 0; i < 25; ++i) matcher.feed("W" + std::to_string(i) + "\nother\n");
+    const auto found = matcher.matches();
+    EXPECT_EQ(found.total, 25u);
+    ASSERT_EQ(found.lines.size(), 10u);
+    EXPECT_EQ(found.lines.front(), "W15");
+    EXPECT_EQ(found.lines.back(), "W24");
+}
+
+TEST(LineMatcher, AHugeLineIsMatchedOnItsStartAndCut) {
+    LineMatcher matcher(patterns({"WARN"}), 10, 8);
+    matcher.feed("WARN" + std::string(1 << 20, 'x') + "\n");
+    matcher.feed(std::string(1 << 20, 'y') + "WARN\n");  // past what is looked at
+    const auto found = matcher.matches();
+    EXPECT_EQ(found.total, 1u);
+    EXPECT_EQ(found.lines, (Lines{"WARNxxxx"}));
+}
+
 }  // namespace
 }  // namespace ddprun
