@@ -605,6 +605,15 @@ def bench_logs(args, log_path, use_torchrun):
             False,
             False,
         ),
+        # Every worker cats the same file: each line is printed alike by all of them, and
+        # shown once (the console gets 1/N of the bytes; the work is holding and grouping).
+        (
+            f"ddprun, {many} workers: cat, --collapse-lines",
+            many,
+            [args.ddprun, f"--nproc_per_node={many}", "--collapse-lines", "cat", log_path],
+            False,
+            False,
+        ),
     ]
     if use_torchrun:
         # torchrun prefixes lines only with --tee (it writes the worker's output to files

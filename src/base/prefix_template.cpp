@@ -49,15 +49,18 @@ std::string parse_prefix(std::string_view tmpl, OnText&& on_text, OnPlaceholder&
 
 }  // namespace
 
-std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
+namespace {
+
+std::string expand(const std::string& tmpl, const StreamSource& source, const std::string* ranks,
+                   const std::string* local_ranks) {
     std::string out;
     parse_prefix(
         tmpl, [&](std::string_view text) { out += text; },
         [&](std::string_view name) {
             if (name == "rank") {
-                out += std::to_string(source.rank);
+                out += ranks != nullptr ? *ranks : std::to_string(source.rank);
             } else if (name == "local_rank") {
-                out += std::to_string(source.local_rank);
+                out += local_ranks != nullptr ? *local_ranks : std::to_string(source.local_rank);
             } else if (name == "node_rank") {
                 out += std::to_string(source.node_rank);
             } else if (name == "role") {
@@ -73,6 +76,32 @@ std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
             }
         });
     return out;
+}
+
+}  // namespace
+
+std::string expand_prefix(const std::string& tmpl, const StreamSource& source) {
+    return expand(tmpl, source, nullptr, nullptr);
+}
+
+std::string expand_group_prefix(const std::string& tmpl, const StreamSource& source,
+                                const std::string& ranks, const std::string& local_ranks) {
+    return expand(tmpl, source, &ranks, &local_ranks);
+}
+
+std::string rank_runs(std::vector<int> numbers) {
+    std::sort(numbers.begin(), numbers.end());
+    numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+    std::string text;
+    for (std::size_t i = 0; i < numbers.size();) {
+        std::size_t j = i;
+        while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
+        if (!text.empty()) text += ',';
+        text += j == i ? std::to_string(numbers[i])
+                       : std::to_string(numbers[i]) + "-" + std::to_string(numbers[j]);
+        i = j + 1;
+    }
+    return text;
 }
 
 Status validate_prefix_template(const std::string& tmpl) {

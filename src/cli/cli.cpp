@@ -346,6 +346,16 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
                        ->error_hint("needs --hang-timeout (the bound between beats)",
                                     "add --hang-timeout=SECS"));
     }
+    b.set("collapse-lines", config.collapse_lines, parse_switch);
+    double collapse_seconds = 0.15;
+    b.set("collapse-window", collapse_seconds,
+          [](const Setting& s) { return parse_seconds(s, false, "0.5"); });
+    if (collapse_seconds > 10)
+        b.fail(b.find("collapse-window")->error("at most 10 s: every line waits this long", "0.5"));
+    config.collapse_window = to_ms(collapse_seconds);
+    if (b.find("collapse-window") != nullptr && !config.collapse_lines)
+        b.fail(b.find("collapse-window")
+                   ->error_hint("needs --collapse-lines", "add --collapse-lines"));
     b.set("max-no-progress-restarts", config.max_no_progress_restarts,
           [](const Setting& s) { return parse_int(s, 0, INT_MAX, "3"); });
     b.set("progress-file", config.progress_file,

@@ -45,6 +45,10 @@ constexpr int k_reads_per_turn = 16;
 // A line without terminator is flushed early past this size, so memory stays
 // bounded when a worker writes megabytes without a newline.
 constexpr std::size_t k_max_pending = 1024 * 1024;
+// --collapse-lines holds at most this much per console before it shows what it
+// holds, window or not: eight workers' pipes' worth, so that lines that several
+// workers flood alike still meet.
+constexpr std::size_t k_max_held = 8 * 1024 * 1024;
 // A pipe found full (the worker writes faster than one 64 KiB pipe carries)
 // is grown to this, the most an unprivileged process may ask for by default
 // (/proc/sys/fs/pipe-max-size): the worker then blocks and wakes 16 times
@@ -87,6 +91,14 @@ struct LogMux::Impl {
         int fd = -1;
         Stream* owner = nullptr;  // the stream that left this console mid-line
         bool failed = false;      // a write failed (e.g. EPIPE): stop writing
+        // --collapse-lines: complete lines held for the window, in arrival order.
+        struct Held {
+            std::shared_ptr<Stream> stream;
+            std::string line;  // without its '\n'
+        };
+        std::vector<Held> held;
+        std::size_t held_bytes = 0;
+        std::unique_ptr<boost::asio::steady_timer> window;  // runs while lines are held
     };
 
     // One worker pipe. Handlers hold a shared_ptr to it and do nothing once it is
@@ -106,6 +118,7 @@ struct LogMux::Impl {
         std::size_t pipe_size = 0;   // its capacity; 0: unknown or not to be grown
         bool pipe_grown = false;     // counted in grown_pipes
         std::string prefix;
+        StreamSource source;  // for the prefix of lines it printed alike with others
         LineSplitter splitter;
         int file_fd = -1;
         std::string file_path;
@@ -260,14 +273,8 @@ struct LogMux::Impl {
             skip = 0;
         }
         console.owner = stream.splitter.mid_line() ? &stream : nullptr;
-        if (int error = write_all(console.fd, output.data() + skip, output.size() - skip)) {
-            console.failed = true;
-            if (console_error.empty())
-                console_error = fmt::format(
-                    "writing worker output to ddprun's {}: {}; the workers ran on, and their "
-                    "output from then on was not shown (use --log_dir to keep it)",
-                    console.fd == options.stderr_fd ? "stderr" : "stdout", std::strerror(error));
-        }
+        if (int error = write_all(console.fd, output.data() + skip, output.size() - skip))
+            fail_console(console, error);
     }
 
     void carry(const std::shared_ptr<Stream>& stream, std::string_view chunk) {
@@ -276,7 +283,12 @@ struct LogMux::Impl {
         if (stream->tail) stream->tail->feed(chunk);
         if (stream->matcher) stream->matcher->feed(chunk);
         if (stream->console == nullptr || stream->console->failed) return;
+        if (options.collapse_window.count() > 0) return collapse(stream, chunk);
+        show(stream, chunk);
+    }
 
+    // The console path of a chunk: prefixed lines, a partial line held back a little.
+    void show(const std::shared_ptr<Stream>& stream, std::string_view chunk) {
         LineSplitter& splitter = stream->splitter;
         std::size_t pending_before = splitter.pending_size();
         SegmentSink sink = begin_output(*stream);
@@ -290,6 +302,114 @@ struct LogMux::Impl {
             stream->partial_since = std::chrono::steady_clock::now();
         }
         arm_partial_timer(stream);
+    }
+
+    // --collapse-lines: the chunk's complete lines are held for the window (a line
+    // begun in an earlier chunk too, while none of it was shown). What cannot be held
+    // goes out as usual from there on: a '\r' (a progress bar), the rest of a line the
+    // console shows part of, a line not complete yet (held back by the splitter as
+    // always, and shown after what is held when it has to be), so that no stream's
+    // output is ever reordered.
+    void collapse(const std::shared_ptr<Stream>& stream, std::string_view chunk) {
+        Console& console = *stream->console;
+        LineSplitter& splitter = stream->splitter;
+        while (!chunk.empty()) {
+            const std::size_t nl = chunk.find('\n');
+            const std::string_view piece = chunk.substr(0, nl);
+            if (nl == std::string_view::npos || splitter.mid_line() ||
+                piece.find('\r') != std::string_view::npos) {
+                const bool shown_now = nl != std::string_view::npos || splitter.mid_line() ||
+                                       piece.find('\r') != std::string_view::npos ||
+                                       splitter.pending_size() + chunk.size() > k_max_pending;
+                if (shown_now) flush_held(console);
+                return show(stream, chunk);
+            }
+            std::string line = splitter.has_partial() ? splitter.take_pending() : std::string();
+            line.append(piece);
+            console.held_bytes += line.size() + 1;
+            console.held.push_back({stream, std::move(line)});
+            chunk.remove_prefix(nl + 1);
+        }
+        // Bounded: a flood does not wait for the window.
+        if (console.held_bytes > k_max_held) return flush_held(console);
+        if (!console.window) {
+            console.window = std::make_unique<boost::asio::steady_timer>(io);
+            console.window->expires_after(options.collapse_window);
+            console.window->async_wait([this, &console](const boost::system::error_code& ec) {
+                if (!ec) flush_held(console);
+            });
+        }
+    }
+
+    // The held lines, each line that several streams printed alike once: a stream's
+    // line joins the first group of the same text it is not in yet that comes after
+    // its previous line's group, so every stream's lines keep their order.
+    void flush_held(Console& console) {
+        if (console.window) {
+            console.window->cancel();
+            console.window.reset();
+        }
+        if (console.held.empty()) return;
+        struct Group {
+            const std::string* line;
+            std::vector<Stream*> streams;
+        };
+        std::vector<Group> groups;
+        std::map<std::string_view, std::vector<std::size_t>> by_text;
+        std::map<Stream*, std::size_t> next_group;  // where a stream's next line may join
+        for (const auto& held : console.held) {
+            Stream* stream = held.stream.get();
+            const std::size_t from = next_group[stream];
+            std::size_t at = groups.size();
+            for (std::size_t candidate : by_text[held.line])
+                if (candidate >= from &&
+                    std::find(groups[candidate].streams.begin(), groups[candidate].streams.end(),
+                              stream) == groups[candidate].streams.end()) {
+                    at = candidate;
+                    break;
+                }
+            if (at == groups.size()) {
+                groups.push_back({&held.line, {}});
+                by_text[held.line].push_back(at);
+            }
+            groups[at].streams.push_back(stream);
+            next_group[stream] = at + 1;
+        }
+        output.clear();
+        if (console.owner != nullptr) {  // another stream left the console mid-line
+            console.owner->splitter.line_broken();
+            console.owner = nullptr;
+            output.append("\n");
+        }
+        for (const auto& group : groups) {
+            if (group.streams.size() == 1) {
+                output.append(group.streams.front()->prefix);
+            } else {
+                std::vector<int> ranks, local_ranks;
+                for (const Stream* s : group.streams) {
+                    ranks.push_back(s->source.rank);
+                    local_ranks.push_back(s->source.local_rank);
+                }
+                output.append(expand_group_prefix(options.prefix_template,
+                                                  group.streams.front()->source, rank_runs(ranks),
+                                                  rank_runs(local_ranks)));
+            }
+            output.append(*group.line);
+            output.append("\n");
+        }
+        console.held.clear();
+        console.held_bytes = 0;
+        if (int error = write_all(console.fd, output.data(), output.size()))
+            fail_console(console, error);
+    }
+
+    void fail_console(Console& console, int error) {
+        console.failed = true;
+        if (console_error.empty())
+            console_error = fmt::format(
+                "writing worker output to ddprun's {}: {}; the workers ran on, and their "
+                "output from then on was not shown (use --log_dir to keep it)",
+                console.fd == options.stderr_fd ? "stderr" : "stdout", std::strerror(error));
     }
 
     void write_file(Stream& stream, std::string_view chunk) {
@@ -328,6 +448,7 @@ struct LogMux::Impl {
         if (std::chrono::steady_clock::now() < stream->partial_since + options.partial_flush) {
             return arm_partial_timer(stream);
         }
+        flush_held(*stream->console);  // --collapse-lines: what this stream printed before
         stream->splitter.flush_partial(begin_output(*stream));
         end_output(*stream);
     }
@@ -338,6 +459,7 @@ struct LogMux::Impl {
     void close_stream(Stream& stream) {
         if (!stream.open) return;
         if (stream.console != nullptr && !stream.console->failed) {
+            if (stream.splitter.has_partial()) flush_held(*stream.console);
             stream.splitter.finish(begin_output(stream));
             if (stream.splitter.mid_line()) {
                 output.append("\n");
@@ -424,6 +546,8 @@ Status LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int
                                   impl.stderr_console, prefix, err, error);
     if (impl.options.report_patterns)
         worker.matcher = std::make_shared<LineMatcher>(impl.options.report_patterns);
+    for (const auto& stream : {worker.out, worker.err})
+        if (stream) stream->source = source;
     if (worker.err) {
         worker.err->tail = worker.tail;
         worker.err->matcher = worker.matcher;
@@ -445,6 +569,8 @@ void LogMux::read_available(int id) {
 
 void LogMux::drain_and_close_all() {
     for (auto& [id, worker] : m_impl->workers) m_impl->read_worker_now(worker, true);
+    for (auto& console : m_impl->consoles)
+        if (!console.failed) m_impl->flush_held(console);
 }
 
 std::vector<std::string> LogMux::stderr_tail(int id) const {

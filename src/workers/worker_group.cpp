@@ -144,6 +144,7 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
         impl.report_patterns = std::move(patterns);
     }
     mux_options.report_patterns = impl.report_patterns;
+    if (ctx.config.collapse_lines) mux_options.collapse_window = ctx.config.collapse_window;
     impl.mux = std::make_unique<LogMux>(impl.io, mux_options);
     impl.oom.arm();
     return impl.spawn_all();

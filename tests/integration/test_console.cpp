@@ -1,6 +1,13 @@
-// What a failed job's console keeps: --report-lines copies a failed rank's
-// matching stderr lines into the summary, however far above the tail they were,
-// on the node where it failed and on every other node.
+// A big job's console: --collapse-lines shows a line that 8 ranks print alike
+// once, with their ranks, and keeps every rank's own lines in its log file;
+// --report-lines copies a failed rank's matching stderr lines into the summary,
+// however far above the tail they were, on the node where it failed and on
+// every other node.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +19,8 @@
 
 namespace ddprun_it {
 namespace {
+
+using namespace std::chrono_literals;
 
 // Rank 1 warns once, writes 2,000 more lines to stderr and fails.
 const std::vector<std::string> k_warn_then_fail = {
@@ -86,6 +95,94 @@ TEST_P(ReportLinesTwoNodes, TheLineTravelsWithTheFailure) {
             own_lines_with(node.err, {"    | NCCL WARN Net : Connection closed by peer"}).size(),
             1u)
             << describe_all(r);
+}
+
+class CollapseLines : public IntegrationTest {};
+
+// Eight ranks print the same two lines, rank 2 one of its own between them; the
+// window (2 s here, so that a loaded machine's scheduling cannot split a group)
+// is far longer than the ranks need to print after the common start.
+TEST_F(CollapseLines, EightRanksLinesShowOnceAndTheLogsKeepEveryLine) {
+    const std::string go = path("go");
+    const std::string logs = path("logs");
+    auto ddprun =
+        start({"--nproc_per_node=8", "--collapse-lines", "--collapse-window=2", "--log_dir=" + logs,
+               "--rdzv_id=c", k_fake_worker, "ready", path("ready.{rank}"), "wait-file", go,
+               "partial", "Epoch 3 done\n", "if-rank", "2", "partial", "rank two's own\n",
+               "partial", "Epoch 4 done\n"});
+    ASSERT_TRUE(wait_until(
+        [&] {
+            for (int rank = 0; rank < 8; ++rank)
+                if (!std::filesystem::exists(path(fmt::format("ready.{}", rank)))) return false;
+            return true;
+        },
+        30s));
+    { std::ofstream touch(go); }
+    auto r = ddprun->wait();
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(r.out,
+              "[0-7]: Epoch 3 done\n[0-1,3-7]: Epoch 4 done\n[2]: rank two's own\n"
+              "[2]: Epoch 4 done\n")
+        << r.describe();
+    for (int rank = 0; rank < 8; ++rank) {
+        std::ifstream log(fmt::format("{}/c/attempt_0/{}/stdout.log", logs, rank));
+        std::stringstream text;
+        text << log.rdbuf();
+        EXPECT_EQ(text.str(), rank == 2 ? "Epoch 3 done\nrank two's own\nEpoch 4 done\n"
+                                        : "Epoch 3 done\nEpoch 4 done\n")
+            << "rank " << rank;
+    }
+}
+
+// A flood that eight ranks print alike (each cats one file of 100,000 numbered
+// lines): however the reads cut lines and whatever the groups, every rank's
+// lines are all there, once, in order, and some of them were merged.
+TEST_F(CollapseLines, AFloodLosesAndReordersNothing) {
+    const std::string numbers = path("numbers.txt");
+    {
+        std::ofstream out(numbers);
+        for (int i = 1; i <= 100000; ++i) out << i << "\n";
+    }
+    auto r = run({"--nproc_per_node=8", "--collapse-lines", "--collapse-window=2", "--no_python",
+                  "cat", numbers});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    std::vector<int> next(8, 1);  // each rank's next expected number
+    std::size_t merged = 0;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+        const auto close = line.find("]: ");
+        ASSERT_TRUE(line.starts_with("[") && close != std::string::npos) << line;
+        const int number = std::stoi(line.substr(close + 3));
+        std::vector<int> ranks;
+        std::istringstream runs(line.substr(1, close - 1));
+        for (std::string run; std::getline(runs, run, ',');) {
+            const auto dash = run.find('-');
+            const int first = std::stoi(run.substr(0, dash));
+            const int last = dash == std::string::npos ? first : std::stoi(run.substr(dash + 1));
+            for (int rank = first; rank <= last; ++rank) ranks.push_back(rank);
+        }
+        if (ranks.size() > 1) ++merged;
+        for (int rank : ranks) {
+            ASSERT_TRUE(rank >= 0 && rank < 8) << line;
+            ASSERT_EQ(number, next[static_cast<std::size_t>(rank)])
+                << "rank " << rank << ": " << line;
+            ++next[static_cast<std::size_t>(rank)];
+        }
+    }
+    for (int rank = 0; rank < 8; ++rank) EXPECT_EQ(next[static_cast<std::size_t>(rank)], 100001);
+    EXPECT_GT(merged, 0u) << "no line was shown once for several ranks";
+    std::cout << "[          ] " << merged << " merged lines\n";
+}
+
+TEST_F(CollapseLines, TheWindowNeedsTheSwitchAndABound) {
+    auto alone = run({"--collapse-window=0.5", k_fake_worker, "exit", "0"});
+    EXPECT_EQ(alone.exit_code, 2) << alone.describe();
+    EXPECT_EQ(own_lines_with(alone.err, {"--collapse-window=0.5", "needs --collapse-lines"}).size(),
+              1u)
+        << alone.describe();
+    auto long_window =
+        run({"--collapse-lines", "--collapse-window=60", k_fake_worker, "exit", "0"});
+    EXPECT_EQ(long_window.exit_code, 2) << long_window.describe();
 }
 
 }  // namespace

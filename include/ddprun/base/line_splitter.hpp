@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <string.h>  // memrchr (GNU)
 
@@ -111,6 +112,9 @@ class LineSplitter {
     bool mid_line() const { return m_mid_line; }
     // Forget that the console is mid-line (someone else terminated the line).
     void line_broken() { m_mid_line = false; }
+    // The pending partial segment, taken out unshown (--collapse-lines completes
+    // and holds the line itself). Only while !mid_line(): none of it was shown.
+    std::string take_pending() { return std::exchange(m_pending, {}); }
 
   private:
     std::string m_pending;

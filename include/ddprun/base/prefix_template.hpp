@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ddprun/base/error.hpp"
 
@@ -24,6 +25,15 @@ struct StreamSource {
 // Unknown placeholders are left as written (validate_prefix_template rejects
 // them at the command line).
 std::string expand_prefix(const std::string& tmpl, const StreamSource& source);
+
+// The prefix of a line that several workers of one node printed alike
+// (--collapse-lines): "{rank}" and "{local_rank}" become `ranks` and
+// `local_ranks` ("0-3,5"); the rest is `source`'s, which they share.
+std::string expand_group_prefix(const std::string& tmpl, const StreamSource& source,
+                                const std::string& ranks, const std::string& local_ranks);
+
+// "0-3,5,7-8": sorted, distinct numbers as runs.
+std::string rank_runs(std::vector<int> numbers);
 
 // A usage error naming the first bad placeholder or unmatched brace, if any.
 Status validate_prefix_template(const std::string& tmpl);

@@ -143,6 +143,10 @@ struct LaunchConfig {
     // --report-lines: ECMAScript regexes; a failed rank's stderr lines that match
     // one are kept for its summary (stderr_tail.hpp), however far up they were.
     std::vector<std::string> report_lines;
+    // --collapse-lines / --collapse-window: lines several local ranks print alike
+    // within the window are shown once with their ranks (log_mux.hpp).
+    bool collapse_lines = false;
+    std::chrono::milliseconds collapse_window{150};
     // Whether the workers get DDPRUN_PROGRESS_FD: for hangs, or for progress.
     bool reads_beats() const { return hang_timeout.count() > 0 || max_no_progress_restarts > 0; }
 

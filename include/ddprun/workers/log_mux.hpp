@@ -37,6 +37,10 @@ class LogMux {
         // arrived is shown as far as it goes (its continuation follows it).
         std::chrono::milliseconds partial_flush{100};
         std::size_t tail_lines = 20;  // stderr lines kept per worker
+        // --collapse-lines: a complete line (no '\r') is held this long, and lines
+        // that several workers printed alike meanwhile go out once, with their
+        // ranks ("[0-7]: "); 0: off. Partial lines and '\r' segments are never held.
+        std::chrono::milliseconds collapse_window{0};
         // --report-lines: stderr lines that match are kept too (LineMatcher); null: none.
         std::shared_ptr<const LineMatcher::Patterns> report_patterns;
         int stdout_fd = 1;  // the console; tests pass pipes

@@ -77,5 +77,19 @@ TEST(PrefixTemplate, ValidationNamesTheProblem) {
     }
 }
 
+TEST(PrefixTemplate, AGroupOfRanksIsShownAsRuns) {
+    EXPECT_EQ(rank_runs({7, 0, 1, 2, 3, 5, 3}), "0-3,5,7");
+    EXPECT_EQ(rank_runs({4}), "4");
+    EXPECT_EQ(rank_runs({}), "");
+    StreamSource source;
+    source.rank = 8;
+    source.local_rank = 0;
+    source.node_rank = 1;
+    source.host = "gpu02";
+    EXPECT_EQ(expand_group_prefix("[{rank}]: ", source, "8-15", "0-7"), "[8-15]: ");
+    EXPECT_EQ(expand_group_prefix("{host}/{node_rank}/{local_rank}> ", source, "8-15", "0-7"),
+              "gpu02/1/0-7> ");
+}
+
 }  // namespace
 }  // namespace ddprun

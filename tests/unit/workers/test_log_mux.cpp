@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 
 #include "ddprun/workers/log_mux.hpp"
@@ -762,6 +763,91 @@ TEST(LogMuxThroughput, DISABLED_ComparedWithCopyLoop) {
             mux.cpu);
     }
     ::close(null_fd);
+}
+
+// ---------------------------------------------------------------- --collapse-lines
+
+class CollapseTest : public LogMuxTest {
+  protected:
+    void SetUp() override {
+        LogMuxTest::SetUp();
+        m_options.collapse_window = 1h;  // held until the drain: no timing in these tests
+        start();
+        for (int i = 0; i < 4; ++i) {
+            m_workers.push_back(std::make_unique<Worker>());
+            StreamSink out;
+            out.console = true;
+            out.file_path = path(fmt::format("{}.log", i)).string();
+            ASSERT_EQ(add(i, *m_workers.back(), out), "");
+        }
+    }
+    // Writes to worker `i`'s stdout and waits until the mux has carried it, so the
+    // order in which the workers' lines arrive is the test's.
+    void write(int i, std::string_view text) {
+        const std::size_t before = m_mux->bytes_carried();
+        m_workers[static_cast<std::size_t>(i)]->out.write(text);
+        ASSERT_TRUE(run_until([&] { return m_mux->bytes_carried() == before + text.size(); }));
+    }
+    std::string drained() {
+        for (auto& w : m_workers) w->close();
+        EXPECT_TRUE(run_until_closed());
+        m_mux->drain_and_close_all();
+        return console_out();
+    }
+    std::vector<std::unique_ptr<Worker>> m_workers;
+};
+
+TEST_F(CollapseTest, LinesSeveralRanksPrintAlikeGoOutOnceWithTheirRanks) {
+    for (int i : {0, 1, 3}) write(i, "Epoch 3 done\n");
+    write(2, "Epoch 3 done\nodd one\n");
+    EXPECT_EQ(drained(), "[0-3]: Epoch 3 done\n[2]: odd one\n");
+}
+
+TEST_F(CollapseTest, EveryRanksOrderIsKept) {
+    // Rank 2 prints its odd line between the two epochs: its Epoch 4 cannot join the
+    // others' (printed before its odd line), so it follows on its own.
+    for (int i : {0, 1, 3}) write(i, "Epoch 3\nEpoch 4\n");
+    write(2, "Epoch 3\nodd\nEpoch 4\n");
+    EXPECT_EQ(drained(), "[0-3]: Epoch 3\n[0-1,3]: Epoch 4\n[2]: odd\n[2]: Epoch 4\n");
+}
+
+TEST_F(CollapseTest, LinesThatDifferInAnyByteAreNotMerged) {
+    write(0, "loss 0.25\n");
+    write(1, "loss 0.25 \n");
+    write(2, "loss 0.26\n");
+    write(3, "loss 0.25\n");
+    EXPECT_EQ(drained(), "[0,3]: loss 0.25\n[1]: loss 0.25 \n[2]: loss 0.26\n");
+}
+
+TEST_F(CollapseTest, PartialLinesAndCarriageReturnsAreNeverHeld) {
+    write(0, "held\n");
+    write(1, "held\n");
+    // A progress bar: '\r' segments go out at once, after what was held.
+    write(2, "50%\r100%\n");
+    EXPECT_EQ(console_out(), "[0-1]: held\n[2]: 50%\r[2]: 100%\n");
+    write(3, "half a line");
+    m_mux->drain_and_close_all();  // the partial is shown as far as it goes
+    EXPECT_EQ(console_out(), "[0-1]: held\n[2]: 50%\r[2]: 100%\n[3]: half a line\n");
+}
+
+TEST_F(CollapseTest, TheLogFilesKeepEveryRanksOwnLines) {
+    for (int i = 0; i < 4; ++i) write(i, "same\n");
+    EXPECT_EQ(drained(), "[0-3]: same\n");
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(read_file(path(fmt::format("{}.log", i))), "same\n");
+}
+
+TEST_F(CollapseTest, TheWindowShowsHeldLinesWithoutMoreOutput) {
+    m_mux.reset();
+    m_workers.clear();
+    m_options.collapse_window = 50ms;
+    start();
+    Worker w;
+    StreamSink out;
+    out.console = true;
+    ASSERT_EQ(add(0, w, out), "");
+    w.out.write("alone\n");
+    ASSERT_TRUE(run_until([&] { return console_out() == "[0]: alone\n"; }));
+    w.close();
 }
 
 }  // namespace
