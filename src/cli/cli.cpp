@@ -26,12 +26,12 @@
 #include <cstddef>
 #include <iterator>
 #include <optional>
-#include <regex>
 #include <utility>
 
 #include "cli_options.hpp"
 #include "cli_parse.hpp"
 #include "cli_values.hpp"
+#include "config_builder.hpp"
 #include "ddprun/fanout/fan_out.hpp"
 #include "ddprun/scheduler/scheduler_env.hpp"
 
@@ -43,8 +43,6 @@ namespace ddprun::cli {
 namespace {
 
 constexpr std::string_view k_default_signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
-
-using Settings = std::map<std::string_view, Setting>;
 
 // What was given on the command line, else in the job file, else in
 // DDPRUN_<NAME>, else in PET_<NAME>. An empty variable counts as unset (job
@@ -80,38 +78,6 @@ Settings gather_settings(const GivenOptions& parsed, const Scanned& scanned,
     return settings;
 }
 
-// Fills a LaunchConfig field by field; the first bad value wins and the rest
-// are skipped, so the user sees one line.
-class ConfigBuilder {
-  public:
-    explicit ConfigBuilder(const Settings& settings) : m_settings(settings) {}
-
-    const Setting* find(std::string_view name) const {
-        auto it = m_settings.find(name);
-        return it == m_settings.end() ? nullptr : &it->second;
-    }
-
-    template <typename T, typename Parse>
-    void set(std::string_view name, T& field, Parse parse) {
-        const Setting* setting = find(name);
-        if (m_error || setting == nullptr) return;
-        auto value = parse(*setting);
-        if (value)
-            field = std::move(*value);
-        else
-            m_error = std::move(value.error());
-    }
-
-    void fail(Error error) {
-        if (!m_error) m_error = std::move(error);
-    }
-    const std::optional<Error>& error() const { return m_error; }
-
-  private:
-    const Settings& m_settings;
-    std::optional<Error> m_error;
-};
-
 void resolve_verbosity(const GivenOptions& parsed, const Environment& env, ConfigBuilder& builder,
                        LaunchConfig& config) {
     auto count_of = [&parsed](std::string_view name) {
@@ -134,33 +100,6 @@ void resolve_verbosity(const GivenOptions& parsed, const Environment& env, Confi
             builder.fail(Setting{"LOGLEVEL", it->second}.error_hint(
                 "unknown level", "use DEBUG, INFO, WARNING, ERROR or CRITICAL"));
     }
-}
-
-// --report-lines REGEX, each given one (a flag, a job file's line, or
-// DDPRUN_REPORT_LINES: one pattern), checked as the workers' lines will be matched.
-void resolve_report_lines(const GivenOptions& parsed, ConfigBuilder& b, LaunchConfig& config) {
-    const Setting* setting = b.find("report-lines");
-    if (setting == nullptr) return;
-    std::vector<std::string> patterns;
-    for (std::size_t i = 0; i < std::size(k_options); ++i)
-        if (k_options[i].name == "report-lines") patterns = parsed[i].values;
-    if (patterns.empty()) patterns = {setting->value};  // the environment's
-    for (const std::string& pattern : patterns) {
-        Setting one = *setting;
-        one.value = pattern;
-        if (pattern.empty()) {
-            b.fail(one.error("is empty", "'NCCL WARN|CUDA error'"));
-            return;
-        }
-        try {
-            (void)std::regex(pattern, std::regex::ECMAScript);
-        } catch (const std::regex_error& error) {
-            b.fail(one.error_hint(fmt::format("not a regular expression ({})", error.what()),
-                                  "write an ECMAScript regex, e.g. 'NCCL WARN|CUDA error'"));
-            return;
-        }
-    }
-    config.report_lines = std::move(patterns);
 }
 
 // Options the launcher keeps to itself, or sets per host, and so never passes
@@ -276,7 +215,10 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     config.min_nnodes = nnodes.min;
     config.nnodes = nnodes.max;
     // Before --node_rank is checked against --nnodes: with --hosts, the host list sets both.
-    resolve_report_lines(parsed, b, config);  // before the agents' options are written
+    std::vector<std::string> report_patterns;  // --report-lines: every value, not the last
+    for (std::size_t i = 0; i < std::size(k_options); ++i)
+        if (k_options[i].name == "report-lines") report_patterns = parsed[i].values;
+    resolve_report_lines(report_patterns, b, config);  // before the agents' options are written
     resolve_fan_out(parsed, settings, b, config);
     b.set("nproc_per_node", config.nproc_per_node, parse_nproc);
     b.set("standalone", standalone, parse_switch);
@@ -329,41 +271,7 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
           [](const Setting& s) { return parse_seconds(s, true, "30"); });
     config.shutdown_timeout = std::chrono::milliseconds(std::llround(shutdown_seconds * 1000));
     b.set("signals_to_handle", config.stop_signals, parse_signals);
-    auto to_ms = [](double secs) {
-        return std::chrono::milliseconds(std::max<long long>(1, std::llround(secs * 1000)));
-    };
-    double hang_seconds = 0;
-    b.set("hang-timeout", hang_seconds,
-          [](const Setting& s) { return parse_seconds(s, true, "600"); });
-    if (hang_seconds > 0) config.hang_timeout = to_ms(hang_seconds);
-    double first_seconds = 0;
-    b.set("hang-timeout-first", first_seconds,
-          [](const Setting& s) { return parse_seconds(s, false, "1800"); });
-    if (first_seconds > 0) {
-        config.hang_timeout_first = to_ms(first_seconds);
-        if (config.hang_timeout.count() == 0)
-            b.fail(b.find("hang-timeout-first")
-                       ->error_hint("needs --hang-timeout (the bound between beats)",
-                                    "add --hang-timeout=SECS"));
-    }
-    b.set("collapse-lines", config.collapse_lines, parse_switch);
-    double collapse_seconds = 0.15;
-    b.set("collapse-window", collapse_seconds,
-          [](const Setting& s) { return parse_seconds(s, false, "0.5"); });
-    if (collapse_seconds > 10)
-        b.fail(b.find("collapse-window")->error("at most 10 s: every line waits this long", "0.5"));
-    config.collapse_window = to_ms(collapse_seconds);
-    if (b.find("collapse-window") != nullptr && !config.collapse_lines)
-        b.fail(b.find("collapse-window")
-                   ->error_hint("needs --collapse-lines", "add --collapse-lines"));
-    b.set("max-no-progress-restarts", config.max_no_progress_restarts,
-          [](const Setting& s) { return parse_int(s, 0, INT_MAX, "3"); });
-    b.set("progress-file", config.progress_file,
-          [](const Setting& s) { return parse_nonempty(s, "/ckpt/latest"); });
-    if (!config.progress_file.empty() && config.max_no_progress_restarts == 0)
-        b.fail(b.find("progress-file")
-                   ->error_hint("needs --max-no-progress-restarts (what a change is progress for)",
-                                "add --max-no-progress-restarts=N"));
+    resolve_supervision(b, config);  // hangs, progress, the console (cli_supervision.cpp)
     // Checked so a typo fails as it would in torchrun, then unused: workers are
     // always fork+exec'd, which is what every start method amounts to here.
     std::string start_method;

@@ -96,7 +96,7 @@ constexpr OptionSpec k_option_table[] = {
     {"collapse-lines", 0, "", EnvDefault::Ddprun, k_ddprun,
      "a line several ranks print alike shows once: [0-7]: ..."},
     {"collapse-window", 0, "SECS", EnvDefault::Ddprun, k_ddprun,
-     "with --collapse-lines: how long a line waits for its twins [0.15]"},
+     "how long --collapse-lines holds a line for its twins [0.15]"},
     {"report-lines", 0, "REGEX", EnvDefault::Ddprun, k_ddprun,
      "a failed rank's matching stderr lines go in the summary"},
     {"log-prefix", 0, "TEMPLATE", EnvDefault::Ddprun, k_ddprun,

@@ -1,6 +1,6 @@
-// How an agent's round ends: what it tells the others, within which bound (see
-// coordinator.hpp). Apart from coordinator.cpp because a killed agent's end has a
-// path of its own.
+// How an agent's round ends: what it tells the others, within which bound, and
+// whether any node made progress in a failed one (see coordinator.hpp). Apart from coordinator.cpp
+// because a killed agent's end has a path of its own.
 #include <future>
 #include <memory>
 
@@ -62,6 +62,42 @@ void Coordinator::end_round(int round, int node_rank, std::chrono::milliseconds 
     } catch (const StoreError& e) {
         spdlog::debug("ending the round: {}", e.what());
     }
+}
+
+void Coordinator::publish_made_progress(int round, int node_rank, bool made) {
+    asio::post(*m_ops, [this, round, node_rank, made] {
+        try {
+            m_ops_rendezvous->publish_made_progress(round, node_rank, made);
+        } catch (const StoreError& e) {
+            spdlog::debug("telling the others whether this node made progress: {}", e.what());
+        }
+    });
+}
+
+bool Coordinator::made_progress_anywhere(int round, int node_rank, bool mine,
+                                         std::chrono::milliseconds bound) {
+    if (mine) return true;
+    auto answer = std::make_shared<std::promise<Rendezvous::ProgressVotes>>();
+    auto votes = answer->get_future();
+    asio::post(*m_ops, [this, round, node_rank, bound, answer] {
+        Rendezvous::ProgressVotes read{0, nnodes() - 1};
+        try {
+            read = m_ops_rendezvous->read_made_progress(round, nnodes(), node_rank, bound);
+        } catch (const StoreError& e) {
+            spdlog::debug("reading whether the other nodes made progress: {}", e.what());
+        }
+        answer->set_value(read);
+    });
+    // The ops thread runs one call at a time: the ones queued before this one first.
+    if (votes.wait_for(bound + std::chrono::seconds(5)) != std::future_status::ready) {
+        spdlog::warn("the other nodes' progress did not arrive: counted as progress");
+        return true;
+    }
+    const auto read = votes.get();
+    if (read.missing > 0)
+        spdlog::warn("{} node(s) did not say whether they made progress: counted as progress",
+                     read.missing);
+    return read.made > 0 || read.missing > 0;
 }
 
 }  // namespace ddprun

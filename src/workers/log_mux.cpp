@@ -9,6 +9,11 @@
 // rather than with async_read_some: then no bytes ever sit inside Asio in a
 // completed-but-not-yet-dispatched read, and drain_and_close_all() can read
 // every pipe to the end without losing or reordering anything.
+//
+// One concern, read whole: every path to the console (prefixed lines, partial
+// lines and their timer, a console another stream left mid-line, the lines
+// --collapse-lines holds) shares one Impl's console state, and the order of
+// what reaches the console is only right when they are read together.
 #include "ddprun/workers/log_mux.hpp"
 
 #include <fcntl.h>
