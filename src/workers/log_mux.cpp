@@ -34,6 +34,7 @@
 #include <cstring>
 #include <map>
 #include <string_view>
+#include <unordered_map>
 
 #include "ddprun/base/line_splitter.hpp"
 #include "ddprun/base/logging.hpp"
@@ -54,6 +55,7 @@ constexpr std::size_t k_max_pending = 1024 * 1024;
 // holds, window or not: eight workers' pipes' worth, so that lines that several
 // workers flood alike still meet.
 constexpr std::size_t k_max_held = 8 * 1024 * 1024;
+constexpr std::size_t k_none = static_cast<std::size_t>(-1);
 // A pipe found full (the worker writes faster than one 64 KiB pipe carries)
 // is grown to this, the most an unprivileged process may ask for by default
 // (/proc/sys/fs/pipe-max-size): the worker then blocks and wakes 16 times
@@ -124,6 +126,11 @@ struct LogMux::Impl {
         bool pipe_grown = false;     // counted in grown_pipes
         std::string prefix;
         StreamSource source;  // for the prefix of lines it printed alike with others
+        // --collapse-lines: its bit in a group's members (a worker's streams share it;
+        // 64 and up: never grouped), and where its next held line may join a group.
+        std::size_t bit = 64;
+        std::size_t next_group = 0;
+        std::uint64_t flush = 0;  // the flush next_group belongs to
         LineSplitter splitter;
         int file_fd = -1;
         std::string file_path;
@@ -357,28 +364,33 @@ struct LogMux::Impl {
         if (console.held.empty()) return;
         struct Group {
             const std::string* line;
-            std::vector<Stream*> streams;
+            Stream* first;
+            std::uint64_t members = 0;       // Stream::bit of each
+            std::size_t same_text = k_none;  // the previous group of the same text
         };
         std::vector<Group> groups;
-        std::map<std::string_view, std::vector<std::size_t>> by_text;
-        std::map<Stream*, std::size_t> next_group;  // where a stream's next line may join
+        groups.reserve(console.held.size());
+        std::unordered_map<std::string_view, std::size_t> newest;  // by text
+        ++flushes;
         for (const auto& held : console.held) {
             Stream* stream = held.stream.get();
-            const std::size_t from = next_group[stream];
-            std::size_t at = groups.size();
-            for (std::size_t candidate : by_text[held.line])
-                if (candidate >= from &&
-                    std::find(groups[candidate].streams.begin(), groups[candidate].streams.end(),
-                              stream) == groups[candidate].streams.end()) {
-                    at = candidate;
-                    break;
-                }
-            if (at == groups.size()) {
-                groups.push_back({&held.line, {}});
-                by_text[held.line].push_back(at);
+            if (stream->flush != flushes) stream->next_group = 0;
+            stream->flush = flushes;
+            const std::uint64_t bit = stream->bit < 64 ? std::uint64_t{1} << stream->bit : 0;
+            std::size_t at = k_none;
+            auto found = newest.find(held.line);
+            if (bit != 0 && found != newest.end())
+                for (std::size_t g = found->second; g != k_none && g >= stream->next_group;
+                     g = groups[g].same_text)
+                    if ((groups[g].members & bit) == 0) at = g;  // the earliest that fits
+            if (at == k_none) {
+                at = groups.size();
+                groups.push_back(
+                    {&held.line, stream, 0, found == newest.end() ? k_none : found->second});
+                newest[held.line] = at;
             }
-            groups[at].streams.push_back(stream);
-            next_group[stream] = at + 1;
+            groups[at].members |= bit;
+            stream->next_group = at + 1;
         }
         output.clear();
         if (console.owner != nullptr) {  // another stream left the console mid-line
@@ -387,18 +399,8 @@ struct LogMux::Impl {
             output.append("\n");
         }
         for (const auto& group : groups) {
-            if (group.streams.size() == 1) {
-                output.append(group.streams.front()->prefix);
-            } else {
-                std::vector<int> ranks, local_ranks;
-                for (const Stream* s : group.streams) {
-                    ranks.push_back(s->source.rank);
-                    local_ranks.push_back(s->source.local_rank);
-                }
-                output.append(expand_group_prefix(options.prefix_template,
-                                                  group.streams.front()->source, rank_runs(ranks),
-                                                  rank_runs(local_ranks)));
-            }
+            const bool alone = (group.members & (group.members - 1)) == 0;
+            output.append(alone ? group.first->prefix : group_prefix(group.members));
             output.append(*group.line);
             output.append("\n");
         }
@@ -406,6 +408,24 @@ struct LogMux::Impl {
         console.held_bytes = 0;
         if (int error = write_all(console.fd, output.data(), output.size()))
             fail_console(console, error);
+    }
+
+    // The prefix of the streams whose bits are `members` ("[0-3,5]: "), made once.
+    const std::string& group_prefix(std::uint64_t members) {
+        auto known = group_prefixes.find(members);
+        if (known != group_prefixes.end()) return known->second;
+        std::vector<int> ranks, local_ranks;
+        const Stream* first = nullptr;
+        for (const Stream* stream : bit_streams)
+            if (stream != nullptr && stream->bit < 64 && (members >> stream->bit & 1) != 0) {
+                if (first == nullptr) first = stream;
+                ranks.push_back(stream->source.rank);
+                local_ranks.push_back(stream->source.local_rank);
+            }
+        return group_prefixes
+            .emplace(members, expand_group_prefix(options.prefix_template, first->source,
+                                                  rank_runs(ranks), rank_runs(local_ranks)))
+            .first->second;
     }
 
     void fail_console(Console& console, int error) {
@@ -520,6 +540,12 @@ struct LogMux::Impl {
     Console* stderr_console = nullptr;
     std::vector<char> read_buffer;  // shared: every read is handled before the next one
     OutputBuffer output;            // the assembled console write, reused
+    // --collapse-lines: the streams by bit (a worker's two share one), the group
+    // prefixes made so far (a re-added worker clears them: its round changed), and
+    // a count of the flushes.
+    std::vector<const Stream*> bit_streams;
+    std::unordered_map<std::uint64_t, std::string> group_prefixes;
+    std::uint64_t flushes = 0;
     std::map<int, Worker> workers;
     std::size_t open_streams = 0;
     std::size_t grown_pipes = 0;  // open pipes grown to k_grown_pipe_size
@@ -551,8 +577,21 @@ Status LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int
                                   impl.stderr_console, prefix, err, error);
     if (impl.options.report_patterns)
         worker.matcher = std::make_shared<LineMatcher>(impl.options.report_patterns);
+    // --collapse-lines: the worker's bit, the one it had if it was here before.
+    std::size_t bit = impl.bit_streams.size();
+    if (previous != impl.workers.end()) {
+        for (const auto& stream : {previous->second.out, previous->second.err})
+            if (stream) bit = stream->bit;
+    }
+    if (bit == impl.bit_streams.size()) impl.bit_streams.push_back(nullptr);
+    impl.bit_streams[bit] = nullptr;  // the old streams go with the old worker
+    impl.group_prefixes.clear();
     for (const auto& stream : {worker.out, worker.err})
-        if (stream) stream->source = source;
+        if (stream) {
+            stream->source = source;
+            stream->bit = bit;
+            impl.bit_streams[bit] = stream.get();
+        }
     if (worker.err) {
         worker.err->tail = worker.tail;
         worker.err->matcher = worker.matcher;
