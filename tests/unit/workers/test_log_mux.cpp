@@ -811,6 +811,14 @@ TEST_F(CollapseTest, EveryRanksOrderIsKept) {
     EXPECT_EQ(drained(), "[0-3]: Epoch 3\n[0-1,3]: Epoch 4\n[2]: odd\n[2]: Epoch 4\n");
 }
 
+TEST_F(CollapseTest, ARankReadFirstLeadsTheGroupsItsLinesStart) {
+    // The same lines read in the other order: rank 2's Epoch 4 comes first, after its
+    // odd line, and the others' Epoch 4 joins it there (each rank's order still kept).
+    write(2, "Epoch 3\nodd\nEpoch 4\n");
+    for (int i : {0, 1, 3}) write(i, "Epoch 3\nEpoch 4\n");
+    EXPECT_EQ(drained(), "[0-3]: Epoch 3\n[2]: odd\n[0-3]: Epoch 4\n");
+}
+
 TEST_F(CollapseTest, LinesThatDifferInAnyByteAreNotMerged) {
     write(0, "loss 0.25\n");
     write(1, "loss 0.25 \n");
