@@ -1,5 +1,6 @@
 // The agent's state machine (see agent.hpp). Phases, in order:
 //   Connecting  the cluster opens (a signal gives up)
+//   Checking    --health-check runs before a join (a signal gives up, or leaves an elastic job)
 //   Joining     the round's membership is agreed (a signal aborts it job-wide)
 //   Running     workers run; a failure, a signal or the cluster's stop ends the round
 //   Stopping    workers got the stop signal and their grace (a second signal kills)
@@ -315,13 +316,18 @@ int Agent::run() {
 int Agent::Impl::run_rounds() {
     const int max_restarts = ctx.config.max_restarts;
     for (round = 0;; ++round) {
-        auto info = join();
+        std::expected<RoundInfo, int> info = std::unexpected(0);
+        if (auto unhealthy = check_health())
+            info = std::unexpected(*unhealthy);
+        else
+            info = join();
         if (!info) {
             cluster->end_round(stop_signal == SIGKILL);
             return info.error();
         }
         // An elastic job's leader numbers the rounds.
         round = info->round;
+        last_round = *info;
         ++rounds_run;
         events.set_node_rank(node_rank);
         events.write("round", [&] { return round_event(*info); });

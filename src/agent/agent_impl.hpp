@@ -24,6 +24,7 @@
 #include "ddprun/fanout/lifeline.hpp"
 #include "ddprun/hang/hang_monitor.hpp"
 #include "ddprun/hang/stacks.hpp"
+#include "ddprun/workers/health_check.hpp"
 
 namespace ddprun {
 
@@ -58,7 +59,15 @@ struct Agent::Impl {
     SignalCopies signal_copies;
     std::optional<PortReservation> port;  // MASTER_PORT, held for the round
 
-    enum class Phase { Connecting, Joining, Running, Stopping, Killing, Done } phase = Phase::Done;
+    enum class Phase {
+        Connecting,
+        Checking,
+        Joining,
+        Running,
+        Stopping,
+        Killing,
+        Done
+    } phase = Phase::Done;
     int round = 0;
     int node_rank = -1;   // -1 until the first join assigns it
     int stop_signal = 0;  // the signal that stopped this agent, 0 if none
@@ -77,6 +86,13 @@ struct Agent::Impl {
     void watch_progress();         // at the round's start
     void note_progress();          // at its failure's stop: this node's, told to the others
     bool stops_for_no_progress();  // after a failed round that would restart: every node alike
+
+    // --health-check (agent_health.cpp): run before each join; one for the agent's life,
+    // as a run's handlers may still be queued on the loop after it ended.
+    HealthCheck health_check{io, ctx.config.health_check, ctx.config.health_check_timeout};
+    std::optional<RoundInfo> last_round;  // the round joined last: the node's ranks
+    std::optional<int> check_health();    // an exit code where this node stays out
+    std::string describe_node() const;    // "node 1 (gpu02)", or the host before a rank
 
     // --event-log (agent_events.cpp, event_log.hpp): off without it, and then nothing
     // below is filled and each log_* returns at once.

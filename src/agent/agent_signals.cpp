@@ -29,6 +29,7 @@ void Agent::Impl::on_signal(const ReceivedSignal& received) {
     const int signal = received.number;
     if (signal == SIGCHLD) {
         reap_exited([this](pid_t pid, int status) { on_child_exit(pid, status); });
+        health_check.reaped();
         return;
     }
     if (signal == parent_death_signal()) {
@@ -60,6 +61,8 @@ void Agent::Impl::kill_everywhere(std::string_view cause, const std::string& why
         left = true;
     } else {
         if (was == Phase::Joining) cluster->abort(why, exit_code::kSignalBase + SIGKILL);
+        if (was == Phase::Checking)
+            cluster->stay_out(round, why, "SIGKILL", exit_code::kSignalBase + SIGKILL);
         if (was == Phase::Running || was == Phase::Stopping) {
             publish_signal(SIGKILL, why);
             // No grace anywhere: whoever would have waited for it is gone.
@@ -75,6 +78,16 @@ void Agent::Impl::on_stop_signal(int signal, bool workers_have_it) {
             spdlog::info("received {} while connecting to the rendezvous store; giving up",
                          signal_name(signal));
             stop_signal = signal;
+            return;
+        case Phase::Checking:
+            // Like a signal while joining: the others learn at once that this node will not.
+            stop_signal = signal;
+            left = cluster->stay_out(round,
+                                     fmt::format("{} received {} during its health check",
+                                                 describe_node(), signal_name(signal)),
+                                     signal_name(signal), exit_code::kSignalBase + signal);
+            spdlog::info("received {} during the health check; {}", signal_name(signal),
+                         left ? "leaving the job" : "giving up");
             return;
         case Phase::Joining:
             if (join_failed) {

@@ -139,6 +139,8 @@ std::vector<ExitCode> exit_codes() {
     static const std::string internal = std::to_string(exit_code::kInternal);
     static const std::string rendezvous = std::to_string(exit_code::kRendezvous);
     static const std::string hang = std::to_string(exit_code::kHang);
+    static const std::string unhealthy = std::to_string(exit_code::kUnhealthy);
+    static const std::string no_progress = std::to_string(exit_code::kNoProgress);
     static const std::string not_executable = std::to_string(exit_code::kNotExecutable);
     static const std::string not_found = std::to_string(exit_code::kNotFound);
     return {
@@ -152,6 +154,11 @@ std::vector<ExitCode> exit_codes() {
         {rendezvous,
          "rendezvous failed: join timeout, lost node or store, mismatched "
          "configuration, a record without the job secret's signature"},
+        {unhealthy,
+         "a node failed its --health-check: a fixed-size job cannot run without it, on every "
+         "node; in an elastic job, that node alone"},
+        {no_progress,
+         "restarts in a row made no progress (--max-no-progress-restarts), on every node"},
         {hang, "a rank stopped beating for --hang-timeout, on every node"},
         {not_executable, "the program exists but cannot be executed"},
         {not_found, "the program was not found"},

@@ -1,6 +1,6 @@
 // The settings of supervision beyond torchrun's: hangs, restarts that make no
-// progress, and what the console keeps of a big or failed job (see
-// config_builder.hpp).
+// progress, the nodes' health checks, and what the console keeps of a big or
+// failed job (see config_builder.hpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -51,6 +51,16 @@ void resolve_supervision(ConfigBuilder& b, LaunchConfig& config) {
         b.fail(b.find("progress-file")
                    ->error_hint("needs --max-no-progress-restarts (what a change is progress for)",
                                 "add --max-no-progress-restarts=N"));
+    b.set("health-check", config.health_check,
+          [](const Setting& s) { return parse_nonempty(s, "'nhc -t 60'"); });
+    double check_seconds = 60;
+    b.set("health-check-timeout", check_seconds,
+          [](const Setting& s) { return parse_seconds(s, false, "60"); });
+    config.health_check_timeout = to_ms(check_seconds);
+    if (b.find("health-check-timeout") != nullptr && config.health_check.empty())
+        b.fail(b.find("health-check-timeout")
+                   ->error_hint("needs --health-check (the command it bounds)",
+                                "add --health-check=CMD"));
 }
 
 // --report-lines REGEX, each given one (a flag, a job file's line, or

@@ -48,7 +48,8 @@ class ConfigBuilder {
 };
 
 // --hang-timeout, --hang-timeout-first, --max-no-progress-restarts, --progress-file,
-// --collapse-lines, --collapse-window (cli_supervision.cpp).
+// --health-check, --health-check-timeout, --collapse-lines, --collapse-window
+// (cli_supervision.cpp).
 void resolve_supervision(ConfigBuilder& b, LaunchConfig& config);
 
 // --report-lines, every value of it (cli_supervision.cpp).

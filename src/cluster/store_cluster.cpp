@@ -17,6 +17,7 @@
 #include "ddprun/cluster/cluster.hpp"
 #include "ddprun/cluster/coordinator.hpp"
 #include "ddprun/workers/worker_group.hpp"
+#include "store_options.hpp"
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
@@ -31,35 +32,6 @@ constexpr std::chrono::milliseconds k_join_linger_bound{2000};
 // c10d 1.13 leaves some store calls without a bound (a listener that never
 // answers): this long past join_timeout the join gives up on the store.
 constexpr std::chrono::milliseconds k_join_guard_slack{5000};
-
-// How long a name server may answer "try again" before the store's host counts
-// as unresolvable.
-constexpr std::chrono::milliseconds k_resolve_retry{5000};
-
-// Node 0's host as every node reaches it. A name that does not resolve (a Slurm
-// node name that is not in DNS, NodeAddr differing from the name) fails every
-// node within seconds, naming the host, where it came from and the fix; else
-// the others would fail after a socket timeout and node 0 after the join
-// timeout, while the allocation burns.
-std::optional<Error> check_store_host(const LaunchConfig& config, const std::string& host) {
-    auto why = resolve_failure(host, k_resolve_retry);
-    if (!why) return std::nullopt;
-    std::string source;
-    for (const auto& [name, value] : config.value_sources)
-        if (name == "master_addr" && value.ends_with(')') && value.find(" (") != std::string::npos)
-            source = value.substr(value.find(" (") + 1);
-    // A --rdzv_endpoint the user gave names the store's host itself.
-    bool endpoint_given = !config.rdzv_endpoint.empty();
-    for (const auto& [name, value] : config.value_sources)
-        if (name == "rdzv_endpoint") endpoint_given = false;
-    std::string fix =
-        endpoint_given ? "fix --rdzv_endpoint=HOST:PORT" : "pass --master_addr=ADDRESS of node 0";
-    if (config.scheduler == "slurm")
-        fix += fmt::format(" (`scontrol show node {}` shows its NodeAddr)", host);
-    return usage_error(fmt::format("node 0's host '{}'{} does not resolve here ({}): {}", host,
-                                   source.empty() || endpoint_given ? "" : " " + source, *why,
-                                   fix));
-}
 
 // What an opener thread hands back. The agent may give up on it (a signal) and
 // destroy the cluster while the thread is still blocked in a store call: the
@@ -152,6 +124,20 @@ class StoreCluster final : public Cluster {
         m_coordinator->abort(m_round, message, exit_code);
     }
 
+    bool stay_out(int round, const std::string& message, const std::string& reason,
+                  int exit_code) override {
+        // Like a join that failed: end_round then lingers (the store's host) until the
+        // others have read why, or leaves at once (an elastic job's node).
+        m_join_failed = true;
+        if (m_ctx.config.elastic() && !m_coordinator->options().store.is_server) {
+            m_coordinator->leave(reason);
+            return true;
+        }
+        m_round = round;
+        m_coordinator->abort(round, message, exit_code);
+        return false;
+    }
+
     void end_round(bool killed) override;
 
     bool leave(int signal) override {
@@ -171,7 +157,6 @@ class StoreCluster final : public Cluster {
     }
 
   private:
-    std::expected<Coordinator::Options, Error> options() const;
     void joined(std::expected<RoundMembership, Error> result);
     void stop(StopEvent event);
     void watch_store();
@@ -196,87 +181,8 @@ class StoreCluster final : public Cluster {
     bool m_lost_store = false;        // a round of this agent ended in StoreLost
 };
 
-std::expected<Coordinator::Options, Error> StoreCluster::options() const {
-    const auto& config = m_ctx.config;
-    const RendezvousSettings& settings = config.rendezvous;
-    Coordinator::Options options;
-    const bool etcd = config.rdzv_backend == "etcd";
-    const std::string endpoints =
-        config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint;
-    auto split =
-        split_endpoint(endpoints.substr(0, endpoints.find(',')), etcd ? 2379 : k_default_rdzv_port);
-    if (!split) return std::unexpected(split.error());
-    const Endpoint& endpoint = *split;
-    if (etcd) {
-        EtcdStoreOptions store;
-        for (std::size_t at = 0; at <= endpoints.size();) {
-            auto comma = std::min(endpoints.find(',', at), endpoints.size());
-            auto member = split_endpoint(endpoints.substr(at, comma - at), 2379);
-            if (!member) return std::unexpected(member.error());
-            store.client.endpoints.push_back(*member);
-            at = comma + 1;
-        }
-        store.client.timeout = settings.read_timeout;
-        // Longer than this without etcd, the others give this agent up anyway.
-        store.client.outage_grace = settings.heartbeat_timeout;
-        if (auto prefix = settings.other.find("prefix"); prefix != settings.other.end())
-            store.prefix = prefix->second;
-        const EtcdAccess& access = settings.etcd;
-        if (access.https)
-            store.client.tls = EtcdTls{access.ca_cert, access.ssl_cert, access.ssl_cert_key};
-        if (!access.user.empty())
-            store.client.credentials = EtcdCredentials{access.user, m_ctx.etcd_password};
-        // A job's keys outlive its last agent by this much at most: the others notice
-        // a death within a heartbeat timeout and take at most the exit barrier to end.
-        store.lease = std::make_shared<EtcdKeyLease>(
-            store.client,
-            std::chrono::ceil<std::chrono::seconds>(2 * settings.heartbeat_timeout +
-                                                    settings.exit_barrier_timeout),
-            store.prefix + config.rdzv_id + "/lease");
-        options.etcd = std::move(store);
-    }
-    options.store.host = endpoint.host;
-    options.store.port = endpoint.port;
-    options.store.timeout = settings.read_timeout;
-    options.run_id = config.rdzv_id;
-    options.secret = m_ctx.rdzv_secret;
-    options.join_timeout = settings.join_timeout;
-    options.heartbeat_timeout = settings.heartbeat_timeout;
-    options.barrier_timeout = settings.exit_barrier_timeout;
-
-    NodeInfo& me = options.me;
-    me.node_rank = config.node_rank.value_or(-1);
-    me.host = m_ctx.host;
-    // Node 0's address is MASTER_ADDR: the store's host's (c10d), or its own (etcd).
-    me.addr = !config.local_addr.empty() ? config.local_addr : etcd ? m_ctx.host : endpoint.host;
-    me.nproc = m_ctx.nproc;
-    me.pid = ::getpid();
-    me.fingerprint.nnodes = config.nnodes;
-    me.fingerprint.min_nnodes = config.min_nnodes;
-    if (config.elastic()) {
-        me.node_rank = -1;
-        me.fingerprint.last_call_ms = settings.last_call_timeout.count();
-        options.elastic = true;
-        options.limits = {config.min_nnodes, config.nnodes, settings.last_call_timeout,
-                          settings.join_timeout};
-    }
-    std::string program;
-    for (const auto& word : worker_command(config, m_ctx.env)) program += word + " ";
-    me.fingerprint.program = program;
-    me.fingerprint.max_restarts = config.max_restarts;
-    me.fingerprint.run_id = config.rdzv_id;
-    me.fingerprint.version = DDPRUN_VERSION;
-
-    // Who hosts the store: --rdzv_conf is_host, else node 0, else (ranks assigned at join)
-    // the first agent on the endpoint's machine to bind its port.
-    std::optional<bool> is_host = settings.is_host;
-    if (!is_host && config.node_rank) is_host = *config.node_rank == 0;
-    options.store.is_server = !etcd && is_host.value_or(is_local_host(endpoint.host));
-    return options;
-}
-
 void StoreCluster::open(Opened done) {
-    auto configured = options();
+    auto configured = coordinator_options(m_ctx);
     if (!configured) {
         asio::post(m_io, [done, error = configured.error()] { done(std::unexpected(error)); });
         return;

@@ -208,6 +208,22 @@ EventFields progress_event(int round, bool made_progress, int restarts_without_p
     return fields;
 }
 
+EventFields health_check_event(int round, bool healthy, std::string_view outcome,
+                               std::optional<int> exit_code, std::chrono::milliseconds took,
+                               const std::vector<std::string>& lines) {
+    EventFields fields;
+    fields["round"] = round;
+    fields["healthy"] = healthy;
+    fields["outcome"] = outcome;
+    if (exit_code)
+        fields["exit_code"] = *exit_code;
+    else
+        fields["exit_code"] = nullptr;
+    fields["seconds"] = static_cast<double>(took.count()) / 1000.0;
+    fields["lines"] = lines;
+    return fields;
+}
+
 EventFields restart_event(int round, int restart, int max_restarts, std::string_view reason) {
     EventFields fields;
     fields["round"] = round;

@@ -237,6 +237,14 @@ std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec
             config.max_restarts > 0 ? std::string()
                                     : " (no restarts: --max_restarts is 0, so this never applies)");
     }
+    if (!config.health_check.empty())
+        out += fmt::format(
+            "\nhealth check: each node runs `{}` before each join (at most {} s); a node whose "
+            "check fails stays out: {}\n",
+            config.health_check,
+            fmt::format("{:g}", static_cast<double>(config.health_check_timeout.count()) / 1000),
+            config.elastic() ? "the others go on without it"
+                             : "the job fails on every node with exit code 69");
     return out;
 }
 

@@ -165,7 +165,7 @@ TEST(EventLogSchema, TheDocumentHasEveryTable) {
         EXPECT_TRUE(schema.objects.contains(object)) << object;
     for (const char* event :
          {"job_start", "round", "worker_start", "worker_end", "failure", "stop", "hang",
-          "exit_barrier", "restart", "progress", "membership_change", "job_end"})
+          "exit_barrier", "restart", "progress", "health_check", "membership_change", "job_end"})
         EXPECT_FALSE(schema.events[event].empty()) << event;
     // Every example line of the document fits its own tables; every event has one.
     std::ifstream in(EVENTS_DOC);
@@ -321,6 +321,34 @@ TEST_F(EventLogJob, AHangIsLoggedWithTheRankThatStopped) {
     EXPECT_EQ(events.back()["event"], "job_end") << story;
     EXPECT_EQ(events.back()["exit_code"], 124);
     EXPECT_EQ(events.back()["root_cause"]["kind"], "hang");
+}
+
+// --health-check: a passing check before each round, then a failing one that ends the job.
+TEST_F(EventLogJob, EveryHealthCheckIsLoggedBeforeItsRound) {
+    const std::string log = path("events.jsonl");
+    const std::string sick = path("sick");
+    auto r = run({"--nproc_per_node=1", "--max_restarts=2", "--event-log", log,
+                  "--health-check=echo checked; test ! -e " + sick + " || exit 5", k_fake_worker,
+                  "if-restart", "1", "ready", sick, "exit", "3"});
+    EXPECT_EQ(r.exit_code, 69) << r.describe();
+    auto events = read_events(log, read_schema());
+    const std::string story = names_of(events);
+    EXPECT_EQ(story,
+              "job_start health_check round worker_start worker_end failure stop restart "
+              "health_check round worker_start worker_end failure stop restart health_check "
+              "job_end ")
+        << story;
+    auto checks = named(events, "health_check");
+    ASSERT_EQ(checks.size(), 3u) << story;
+    EXPECT_EQ(checks[0]["healthy"], true);
+    EXPECT_EQ(checks[0]["outcome"], "passed");
+    EXPECT_EQ(checks[0]["exit_code"], 0);
+    EXPECT_EQ(checks[0]["lines"], json::array({"checked"}));
+    EXPECT_EQ(checks[2]["healthy"], false);
+    EXPECT_EQ(checks[2]["round"], 2);
+    EXPECT_EQ(checks[2]["outcome"], "exited with 5");
+    EXPECT_EQ(checks[2]["exit_code"], 5);
+    EXPECT_EQ(events.back()["exit_code"], 69);
 }
 
 TEST_F(EventLogJob, TheEnvironmentVariableNamesTheLog) {

@@ -66,6 +66,16 @@ class Cluster {
     // cannot start): joiners fail with `message`, on_stop gets an Abort.
     virtual void abort(const std::string& message, int exit_code) = 0;
 
+    // This node does not join `round` (its --health-check failed, or it was stopped while
+    // the check ran). An elastic job goes on without it, the others told that it left
+    // (`reason`): true. Else (a fixed-size job, or this node hosts an elastic job's store)
+    // every node's join of `round` fails with `message` (which names this node) and
+    // `exit_code`: false. A single node has nobody to tell. Blocking.
+    virtual bool stay_out(int /*round*/, const std::string& /*message*/,
+                          const std::string& /*reason*/, int /*exit_code*/) {
+        return false;
+    }
+
     // Between rounds, after the workers are gone: this node is done with the
     // round. The store's host waits (bounded) for the others, so the store
     // never vanishes under a slower node. `killed`: this agent was killed and

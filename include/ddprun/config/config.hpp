@@ -147,6 +147,10 @@ struct LaunchConfig {
     // within the window are shown once with their ranks (log_mux.hpp).
     bool collapse_lines = false;
     std::chrono::milliseconds collapse_window{150};
+    // --health-check / --health-check-timeout (health_check.hpp): run by each agent before
+    // each join; a node whose check fails or outlasts the timeout stays out. "": none.
+    std::string health_check;
+    std::chrono::milliseconds health_check_timeout{60000};
     // Whether the workers get DDPRUN_PROGRESS_FD: for hangs, or for progress.
     bool reads_beats() const { return hang_timeout.count() > 0 || max_no_progress_restarts > 0; }
 

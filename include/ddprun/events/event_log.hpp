@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -67,6 +68,11 @@ EventFields membership_change_event(int round, std::string_view change);
 EventFields progress_event(int round, bool made_progress, int restarts_without_progress,
                            int max_no_progress_restarts);
 EventFields hang_event(int round, const FailureRecord& cause);
+// --health-check before joining `round`: its verdict, how it ended ("passed", "exited
+// with 1", ...), its exit code (none when killed or never started), and its last lines.
+EventFields health_check_event(int round, bool healthy, std::string_view outcome,
+                               std::optional<int> exit_code, std::chrono::milliseconds took,
+                               const std::vector<std::string>& lines);
 // `waited`: set when the barrier was left (the time since it was entered).
 EventFields exit_barrier_event(int round, std::optional<std::chrono::nanoseconds> waited);
 // `stop`: how the last round ended (its root cause), if it did.

@@ -509,7 +509,7 @@ TEST(CliSignals, ParseSignalList) {
 
 TEST(CliHelp, HelpAndVersion) {
     for (const Args& args : {Args{"--help"}, Args{"-h"}, Args{"--nnodes=0", "--help"},
-                             Args{"--bogus", "-h"}, Args{"--he"}}) {
+                             Args{"--bogus", "-h"}, Args{"--hel"}}) {
         SCOPED_TRACE(::testing::PrintToString(args));
         auto parsed = parse_command_line(args, {});
         ASSERT_TRUE(parsed.has_value());
@@ -689,7 +689,30 @@ TEST(CliRejects, Supervision) {
          {},
          {"--hang-timeout-first=60", "needs --hang-timeout", "add --hang-timeout=SECS"}},
         {{"./t"}, {{"DDPRUN_HANG_TIMEOUT", "x"}}, {"DDPRUN_HANG_TIMEOUT=x", "not a number"}},
+        {{"--health-check=", "./t"}, {}, {"--health-check", "empty"}},
+        {{"--health-check=nhc", "--health-check-timeout=0", "./t"},
+         {},
+         {"--health-check-timeout=0", "more than 0"}},
+        {{"--health-check-timeout=5", "./t"},
+         {},
+         {"--health-check-timeout=5", "needs --health-check", "add --health-check=CMD"}},
+        {{"./t"},
+         {{"DDPRUN_HEALTH_CHECK", "nhc"}, {"DDPRUN_HEALTH_CHECK_TIMEOUT", "soon"}},
+         {"DDPRUN_HEALTH_CHECK_TIMEOUT=soon", "not a number"}},
     });
+}
+
+// --health-check CMD (or DDPRUN_HEALTH_CHECK), bounded by --health-check-timeout (60 s).
+TEST(CliParses, HealthCheck) {
+    EXPECT_EQ(parse_ok({"./t"}).health_check, "");
+    auto c = parse_ok({"--health-check", "nhc -t 30 MARK_OFFLINE=0", "./t"});
+    EXPECT_EQ(c.health_check, "nhc -t 30 MARK_OFFLINE=0");
+    EXPECT_EQ(c.health_check_timeout.count(), 60000);
+    Environment env{{"DDPRUN_HEALTH_CHECK", "/site/gpu-ok"},
+                    {"DDPRUN_HEALTH_CHECK_TIMEOUT", "2.5"}};
+    c = parse_ok({"./t"}, env);
+    EXPECT_EQ(c.health_check, "/site/gpu-ok");
+    EXPECT_EQ(c.health_check_timeout.count(), 2500);
 }
 
 // --hang-timeout (flag or DDPRUN_HANG_TIMEOUT) and --hang-timeout-first, in seconds;

@@ -155,7 +155,8 @@ TEST(CliDocs, ManPageHasTheContractSections) {
           "DDPRUN_PROGRESS_FD", "DDPRUN_<NAME>, PET_<NAME>"})
         EXPECT_TRUE(contains(man, std::string(".B ") + variable)) << variable;
     for (int code : {exit_code::kUsage, exit_code::kInternal, exit_code::kRendezvous,
-                     exit_code::kHang, exit_code::kNotExecutable, exit_code::kNotFound})
+                     exit_code::kUnhealthy, exit_code::kNoProgress, exit_code::kHang,
+                     exit_code::kNotExecutable, exit_code::kNotFound})
         EXPECT_TRUE(contains(man, ".B " + std::to_string(code) + "\n")) << code;
     EXPECT_TRUE(contains(man, "ddprun \\-\\-nproc_per_node=8 ./train \\-\\-lr 0.1"));
     // No line may start with a roff control character by accident.
