@@ -21,13 +21,14 @@ std::optional<int> Agent::Impl::check_health() {
     if (config.health_check.empty()) return std::nullopt;
     NodePlan plan = node_plan(ctx);
     plan.restart_count = restarts_used;
-    // The ranks are the previous round's where the membership cannot have changed; a
-    // first join knows them only when this node is the job.
-    if (last_round && !config.elastic()) {
+    // The node's rank where it is known before the join: the previous round's in a
+    // fixed-size job, or given (--node_rank, a scheduler); an elastic job's leader numbers
+    // the nodes anew for each round. Its ranks where the other nodes' sizes are known.
+    if (!config.elastic() && last_round) {
         plan.node_rank = last_round->node_rank;
         const int first = rank_offset(last_round->nproc_per_node, last_round->node_rank);
         plan.ranks = {first, first + ctx.nproc - 1};
-    } else if (node_rank >= 0) {
+    } else if (!config.elastic() && node_rank >= 0) {
         plan.node_rank = node_rank;
         if (config.nnodes == 1) plan.ranks = {0, ctx.nproc - 1};
     }

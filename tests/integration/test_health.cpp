@@ -45,12 +45,13 @@ std::map<std::string, std::string> plan_in(const std::string& file) {
     return vars;
 }
 
-// Writes the check's plan variables to <dir>/plan.<restart count>.
-std::string recording_check(const std::string& dir) {
+// Writes the check's plan variables to <dir>/plan.<restart count>, or on several nodes
+// <dir>/plan.<GROUP_RANK>.<restart count>.
+std::string recording_check(const std::string& dir, bool by_node = false) {
     return "env | grep -E "
            "'^(CUDA_VISIBLE_DEVICES|LOCAL_WORLD_SIZE|GROUP_RANK|DDPRUN_RANKS|"
            "TORCHELASTIC_RESTART_COUNT|TORCHELASTIC_RUN_ID)=' > " +
-           dir + "/plan.$TORCHELASTIC_RESTART_COUNT";
+           dir + "/plan." + (by_node ? "$GROUP_RANK." : "") + "$TORCHELASTIC_RESTART_COUNT";
 }
 
 class HealthCheck : public IntegrationTest {};
@@ -178,9 +179,11 @@ TEST_P(HealthCheckTwoNodes, AnUnhealthyNodeFailsEveryNodeAtOnceNamingIt) {
         if (!at_restart) write_text_file(sick, "");
         Job job;
         job.conf = {{"join_timeout", "60"}};
-        job.flags = {"--max_restarts=1", std::string("--health-check=") + k_sick_check};
-        const std::vector<std::string> actions = {"if-rank",    "2", "ready", sick,
-                                                  "if-restart", "0", "exit",  "3"};
+        job.flags = {"--max_restarts=1",
+                     "--health-check=" + recording_check(m_dir, true) + "; " + k_sick_check};
+        // Rank 2 (node 1) leaves the file, and every rank waits for it before round 0 fails.
+        const std::vector<std::string> actions = {
+            "if-rank", "2", "ready", sick, "wait-file", sick, "if-restart", "0", "exit", "3"};
         RunOptions sick_node;
         sick_node.env = {{"SICK", sick}};
         std::vector<std::unique_ptr<DdprunProcess>> agents;
@@ -204,6 +207,12 @@ TEST_P(HealthCheckTwoNodes, AnUnhealthyNodeFailsEveryNodeAtOnceNamingIt) {
             << describe_all(r);
         // Round 0's workers ran only where the check passed everywhere.
         EXPECT_EQ(contains(r[1].err, "restarting the workers"), at_restart) << describe_all(r);
+        // Node 1's plan: its rank was given; its ranks are known once a round has run.
+        auto plan = plan_in(path(fmt::format("plan.1.{}", at_restart ? 1 : 0)));
+        EXPECT_EQ(plan["GROUP_RANK"], "1");
+        EXPECT_EQ(plan["LOCAL_WORLD_SIZE"], "2");
+        EXPECT_EQ(plan.contains("DDPRUN_RANKS") ? plan["DDPRUN_RANKS"] : "unset",
+                  at_restart ? "2-3" : "unset");
     }
 }
 
