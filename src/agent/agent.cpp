@@ -316,11 +316,8 @@ int Agent::run() {
 int Agent::Impl::run_rounds() {
     const int max_restarts = ctx.config.max_restarts;
     for (round = 0;; ++round) {
-        std::expected<RoundInfo, int> info = std::unexpected(0);
-        if (auto unhealthy = check_health())
-            info = std::unexpected(*unhealthy);
-        else
-            info = join();
+        const std::optional<int> unhealthy = check_health();
+        std::expected<RoundInfo, int> info = unhealthy ? std::unexpected(*unhealthy) : join();
         if (!info) {
             cluster->end_round(stop_signal == SIGKILL);
             return info.error();

@@ -85,7 +85,6 @@ class HealthCheck {
     void reaped();
     // Kills the check and its group; `done` is not called.
     void cancel();
-    bool running() const { return m_pid > 0; }
 
   private:
     void read();
