@@ -28,6 +28,8 @@
 #include <ddprun/base/text.hpp>
 #include <ddprun/store/store.hpp>
 
+#include "server_sockets.hpp"
+
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/exception.h>
@@ -59,6 +61,8 @@ constexpr std::chrono::milliseconds k_forever = std::chrono::milliseconds::max()
 // counts as gone. Waiting out the whole read timeout (60 s by default) there held a
 // surviving agent in its end of round long after the store's host had exited.
 constexpr std::chrono::milliseconds k_reconnect_window = std::chrono::seconds(1);
+// A connect window of one attempt: whether a store that dropped a connection is still there.
+constexpr std::chrono::milliseconds k_one_attempt{0};
 // What a user can do about an occupied port, in the flags they know.
 constexpr const char* k_port_hint =
     "pick a free port with --rdzv_endpoint=HOST:PORT (or --master_port)";
@@ -183,6 +187,10 @@ class TcpStore final : public ddprun::Store {
         }
         std::lock_guard lock(m_mutex);
         connected(m_timeout);
+        // A connection that completed before the listening socket had its timeout was
+        // queued ahead of this client's, so the server has accepted it by now (one queue,
+        // first come first served): it gets the timeout here.
+        if (m_server) ddprun_plugin::bound_server_reads(m_port, ddprun_plugin::k_request_gap);
     }
 
     ~TcpStore() override {
@@ -202,13 +210,16 @@ class TcpStore final : public ddprun::Store {
     }
 
     std::string get(const std::string& key) override {
-        return run("get", key, [&](c10d::TCPStore& client) { return to_string(client.get(key)); });
+        return run_again_if_cut_off(
+            "get", key, [&](c10d::TCPStore& client) { return to_string(client.get(key)); });
     }
 
     std::int64_t add(const std::string& key, std::int64_t delta) override {
         try {
-            return run("add to", key,
-                       [&](c10d::TCPStore& client) { return client.add(key, delta); });
+            auto request = [&](c10d::TCPStore& client) { return client.add(key, delta); };
+            // Reading a counter may run twice; a change to one may not (it may have counted).
+            if (delta == 0) return run_again_if_cut_off("add to", key, request);
+            return run("add to", key, request);
         } catch (const StoreError& error) {
             if (error.kind() != Kind::Connection) throw;
             explain_failed_add(key);
@@ -234,8 +245,8 @@ class TcpStore final : public ddprun::Store {
 
     bool check(const std::vector<std::string>& keys) override {
         if (keys.empty()) return true;
-        return run("check", keys.front(),
-                   [&](c10d::TCPStore& client) { return client.check(keys); });
+        return run_again_if_cut_off("check", keys.front(),
+                                    [&](c10d::TCPStore& client) { return client.check(keys); });
     }
 
     void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
@@ -244,11 +255,16 @@ class TcpStore final : public ddprun::Store {
             if (!check(keys)) throw_wait_timeout(keys, timeout);
             return;
         }
-        run(
+        // A wait that runs again waits for what is left of its timeout.
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        run_again_if_cut_off(
             "wait for", keys.front(),
             [&](c10d::TCPStore& client) {
                 try {
-                    client.wait(keys, timeout);
+                    client.wait(keys,
+                                std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             deadline - std::chrono::steady_clock::now()),
+                                         std::chrono::milliseconds(1)));
                 } catch (const c10::Error& e) {
                     if (!says_timeout(e.what_without_backtrace())) throw;
                     throw_wait_timeout(keys, timeout);
@@ -279,6 +295,13 @@ class TcpStore final : public ddprun::Store {
         }
         // Port 0 asks the system for a free one; later connections need the real one.
         m_port = m_server->getPort();
+        // No client may hold the store by stopping halfway through a request
+        // (server_sockets.hpp).
+        if (ddprun_plugin::bound_server_reads(m_port, ddprun_plugin::k_request_gap).listening == 0)
+            throw StoreError(Kind::Other, "cannot host the rendezvous store on port " +
+                                              std::to_string(m_port) +
+                                              ": its listening socket is not among this "
+                                              "process's descriptors (is /proc mounted?)");
     }
 
     // Returns once a c10d store answers at m_host:m_port, or when nothing accepts
@@ -309,9 +332,10 @@ class TcpStore final : public ddprun::Store {
         ::freeaddrinfo(found);
         if (fd < 0) {
             // c10d would try again for as long, one attempt a second.
+            const std::string within =
+                connect_window.count() > 0 ? " within " + seconds_text(connect_window) : "";
             throw StoreError(Kind::Connection,
-                             "cannot connect to the rendezvous store at " + endpoint() +
-                                 " within " + seconds_text(connect_window) +
+                             "cannot connect to the rendezvous store at " + endpoint() + within +
                                  " (nothing accepts connections there: is its host up?)");
         }
         auto unanswered = check_answers(fd, answer_within);
@@ -443,20 +467,25 @@ class TcpStore final : public ddprun::Store {
         }
     }
 
-    // For requests that may run twice (a set, a compare_set from absent). c10d 1.13's
-    // server wakes a key's waiters while it serves the write; when one of them has just
-    // closed its connection (ddprun drops a connection whose wait timed out), the send
-    // fails and the server drops the writer's connection instead. A store that is still
-    // there takes the request again at once; one that is gone fails within a second.
+    // For requests that may run twice (every one but an add that changes a counter): the
+    // server drops a connection of a store that is still there when
+    //  - c10d 1.13's server wakes a key's waiters while it serves a write, and one of them
+    //    has just closed its connection (ddprun drops a connection whose wait timed out):
+    //    the send fails and the server drops the writer's connection instead;
+    //  - this client stopped halfway through a request (frozen, cut off) for longer than
+    //    the server waits for the rest (server_sockets.hpp): the request was never served.
+    // A store that is still there accepts the first connection attempt and takes the
+    // request again at once; one that is gone refuses it, and the error stands at once.
     template <class Request>
-    auto run_again_if_cut_off(const char* operation, const std::string& key, Request&& request)
+    auto run_again_if_cut_off(const char* operation, const std::string& key, Request&& request,
+                              std::chrono::milliseconds answer_within = k_forever)
         -> std::invoke_result_t<Request&, c10d::TCPStore&> {
         try {
-            return run(operation, key, request);
+            return run(operation, key, request, answer_within);
         } catch (const StoreError& error) {
             if (error.kind() != Kind::Connection) throw;
         }
-        return run(operation, key, request, k_forever, k_reconnect_window);
+        return run(operation, key, request, answer_within, k_one_attempt);
     }
 
     [[noreturn]] void throw_wait_timeout(const std::vector<std::string>& keys,

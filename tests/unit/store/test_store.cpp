@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -583,6 +584,113 @@ TEST_F(StoreTcp, ServerOnPortZeroStillServesItsClones) {
     auto clone = server->clone();
     clone->set("k", "v");
     EXPECT_EQ(server->get("k"), "v");
+}
+
+// c10d's server reads a request to its end once its first byte has come, on the one
+// thread that serves every client: a client stopped halfway (SIGSTOP, a cut link) held
+// the store for everyone, and every agent of a job ended 75 (the chaos soak, seed 2706).
+// The plugin bounds the wait: the stalled connection is dropped, the others are served.
+TEST_F(StoreTcp, AClientStoppedHalfwayThroughARequestDoesNotHoldTheOthers) {
+    const int port = free_port();
+    auto server = open_server(port);
+    // Without the bound, a call behind the stalled request fails only at this timeout.
+    auto client = open_client(port, 15s);
+    client->set("k", "v");
+    // Closed before the server goes, so that a server still stuck on it (the defect) fails
+    // the test instead of hanging it in the server's destructor.
+    struct Socket {
+        int fd;
+        ~Socket() { ::close(fd); }
+    } closer{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+    const int stalled = closer.fd;
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    ASSERT_EQ(::connect(stalled, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    // A request's first byte and nothing more: on 1.13 a SET without its key, on 2.x a
+    // VALIDATE without its magic number.
+    ASSERT_EQ(::send(stalled, "", 1, MSG_NOSIGNAL), 1);
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(client->get("k"), "v");
+    // The server gives up on the stalled connection (c10d would wait for it forever)...
+    pollfd pfd{stalled, POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 15'000), 1) << "the server still waits for the stalled request";
+    char byte = 0;
+    EXPECT_LE(::recv(stalled, &byte, 1, 0), 0) << "the server answered half a request";
+    // ...and goes on serving the others.
+    client->set("k", "w");
+    EXPECT_EQ(server->get("k"), "w");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);  // hang guard
+}
+
+// The server's ends of the connections to the store on `port` in this process.
+std::vector<int> server_connections(int port) {
+    std::vector<int> found;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+        int fd = std::atoi(entry.path().filename().c_str());
+        sockaddr_in6 address{};  // the server listens on IPv6 where it can (v4 mapped)
+        socklen_t length = sizeof address;
+        int listening = 0;
+        socklen_t option_length = sizeof listening;
+        // sin_port and sin6_port sit at the same offset.
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 ||
+            (address.sin6_family != AF_INET && address.sin6_family != AF_INET6) ||
+            ntohs(address.sin6_port) != port ||
+            ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &option_length) != 0 ||
+            listening != 0)
+            continue;
+        found.push_back(fd);
+    }
+    return found;
+}
+
+// The server drops every connection to the store on `port` (as it does one whose client
+// stopped halfway through a request); returns once it has closed them all.
+void drop_server_connections(int port) {
+    auto connections = server_connections(port);
+    ASSERT_FALSE(connections.empty());
+    for (int fd : connections) ::shutdown(fd, SHUT_RDWR);
+    auto deadline = std::chrono::steady_clock::now() + 10s;  // hang guard
+    while (!server_connections(port).empty()) {
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the server kept them";
+        std::this_thread::sleep_for(5ms);
+    }
+}
+
+// A client whose connection the server dropped (the previous test's stalled client, once
+// it runs again) takes up every request that may run twice on a new one, and the store
+// still answers; an add that changes a counter fails instead: it may have counted.
+TEST_F(StoreTcp, ARequestThatMayRunTwiceOutlivesADroppedConnection) {
+    const int port = free_port();
+    auto server = open_server(port);
+    auto client = open_client(port, 30s);
+    client->set("k", "v");
+    EXPECT_EQ(client->add("n", 5), 5);
+    const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+        {"get", [&] { EXPECT_EQ(client->get("k"), "v"); }},
+        {"check", [&] { EXPECT_TRUE(client->check({"k"})); }},
+        {"wait", [&] { client->wait({"k"}, 10s); }},
+        {"read a counter", [&] { EXPECT_EQ(client->add("n", 0), 5); }},
+        {"set", [&] { client->set("k", "w"); }},
+        {"compare_set", [&] { EXPECT_EQ(client->compare_set("c", "", "x"), "x"); }},
+    };
+    for (const auto& [name, call] : calls) {
+        SCOPED_TRACE(name);
+        drop_server_connections(port);
+        if (HasFatalFailure()) return;
+        call();
+    }
+    EXPECT_EQ(server->get("k"), "w");
+    drop_server_connections(port);
+    if (HasFatalFailure()) return;
+    try {
+        client->add("n", 1);
+        ADD_FAILURE() << "an add ran on a dropped connection";
+    } catch (const StoreError& error) {
+        EXPECT_EQ(error.kind(), Kind::Connection) << error.what();
+    }
+    EXPECT_EQ(client->add("n", 0), 5);
 }
 
 // ---------------------------------------------------------------------------
