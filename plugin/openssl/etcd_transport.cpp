@@ -97,7 +97,10 @@ struct Connection {
 class BeastTransport final : public EtcdTransport {
   public:
     explicit BeastTransport(const EtcdOptions& options)
-        : m_endpoints(options.endpoints), m_tls_files(options.tls), m_timeout(options.timeout) {
+        : m_endpoints(options.endpoints),
+          m_tls_files(options.tls),
+          m_timeout(options.timeout),
+          m_reached(options.reached) {
         if (m_tls_files) {
             try {
                 m_tls = make_tls_context(*m_tls_files);
@@ -151,6 +154,10 @@ class BeastTransport final : public EtcdTransport {
     std::atomic<bool> m_cancelled{false};
     std::size_t m_current = 0;  // the member tried first
     std::unique_ptr<Connection> m_connection;
+    // Set once a client made from the same options reached etcd: from then on a member
+    // that hangs up is going down or starting (etcd killed mid-call, restarted), not
+    // one that serves https.
+    std::shared_ptr<std::atomic<bool>> m_reached;
 };
 
 // What a call that reached no member says; `errors`: what each member did.
@@ -262,7 +269,7 @@ EtcdTransport::Answer BeastTransport::post(const std::string& path, const std::s
             if (c.secure && is_tls_refusal(ec)) {
                 problem = tls_failure_of(c, ec, false);
                 ++refused;
-            } else if (!c.secure && !c.answered &&
+            } else if (!c.secure && !c.answered && !(m_reached && m_reached->load()) &&
                        (ec == http::error::end_of_stream || is_hang_up(ec))) {
                 problem = fmt::format(
                     "etcd at {} hung up without an answer (if it serves https, add --rdzv_conf "
