@@ -41,6 +41,9 @@ packages=(
   dpkg-dev lintian man-db bash-completion zsh
   # the newer platforms' roots (scripts/platform.sh: Debian sid and 13)
   debootstrap
+  # --metrics-port: promtool checks the endpoint's text, a real Prometheus the tests
+  # start scrapes two agents, curl asks for /healthz (tests/integration/test_metrics.cpp)
+  prometheus curl
 )
 
 installed() {

@@ -73,6 +73,7 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
     kill_requested = false;
     stop_event.reset();
     phase = Phase::Joining;
+    const auto join_started = std::chrono::steady_clock::now();
     cluster->join(round, master_port, std::move(handlers),
                   [&joined](auto result) { joined = std::move(result); });
     // Signals are handled while the join is in flight: a Ctrl-C aborts it on every node, and
@@ -97,6 +98,8 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
         return std::unexpected(joined->error().exit_code);
     }
     node_rank = (*joined)->node_rank;
+    last_join_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - join_started).count();
     return **joined;
 }
 
@@ -194,6 +197,7 @@ void Agent::Impl::on_child_exit(pid_t pid, int status) {
     auto outcome = workers.on_exit(pid, status);
     if (!outcome) return;  // an orphan reparented to the agent; swept at the end of the round
     log_worker_end(*outcome);
+    count_exit(*outcome);
     hang_monitor.exited(outcome->rank);
     dump_exited(pid);
     if (outcome->failed() && phase == Phase::Running) {
@@ -302,6 +306,7 @@ int Agent::run() {
         impl.watch_lifeline();
         impl.log_job_start();
 
+        if (auto failed = impl.serve_metrics()) return impl.job_end(*failed);
         if (auto failed = impl.open()) return impl.job_end(*failed);
         const int code = impl.run_rounds();
         // Whoever still waits to join (an elastic job's spares) learns that the job is over.

@@ -34,12 +34,16 @@ void Agent::Impl::log_worker_end(const WorkerOutcome& outcome) {
 }
 
 void Agent::Impl::log_barrier_entered() {
+    barrier_entered = std::chrono::steady_clock::now();  // --metrics-port's too
     if (!events.enabled()) return;
-    barrier_entered = std::chrono::steady_clock::now();
     events.write("exit_barrier", [&] { return exit_barrier_event(round, std::nullopt); });
 }
 
 void Agent::Impl::log_round_stop() {
+    if (barrier_entered)
+        last_barrier_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - *barrier_entered)
+                .count();
     events.write("stop", [&] { return round_stop_event(round, *stop_event, node_rank); });
     if (barrier_entered)
         events.write("exit_barrier", [&] {

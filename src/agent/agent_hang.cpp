@@ -58,7 +58,8 @@ void Agent::Impl::watch_hangs() {
 void Agent::Impl::look_for_hang() {
     if (phase != Phase::Running) return;
     const auto now = HangMonitor::Clock::now();
-    for (auto& beat : workers.read_beats()) hang_monitor.beat(beat.rank, now, beat.label);
+    for (auto& beat : workers.read_beats())
+        hang_monitor.beat(beat.rank, now, beat.label, beat.lines);
     const auto progress = hang_monitor.progress(now);
     if (auto first = first_to_stop(progress)) {
         // The round's failure: the stop comes back to every node, this one too, and

@@ -24,6 +24,7 @@
 #include "ddprun/fanout/lifeline.hpp"
 #include "ddprun/hang/hang_monitor.hpp"
 #include "ddprun/hang/stacks.hpp"
+#include "ddprun/metrics/metrics_server.hpp"
 #include "ddprun/workers/health_check.hpp"
 
 namespace ddprun {
@@ -107,6 +108,16 @@ struct Agent::Impl {
     void log_barrier_entered();
     void log_round_stop();       // stop_event, just set; and the barrier left, if entered
     int job_end(int exit_code);  // writes the job's end to the event log; returns exit_code
+
+    // --metrics-port (agent_metrics.cpp, metrics_server.hpp): served on the agent's loop
+    // from what the agent keeps below and above.
+    std::unique_ptr<MetricsServer> metrics;
+    std::map<std::string, std::int64_t> exits_by_cause;  // this node's workers, every round
+    std::optional<double> last_join_seconds;
+    std::optional<double> last_barrier_seconds;
+    std::optional<int> serve_metrics();  // an exit code where it cannot listen
+    void count_exit(const WorkerOutcome& outcome);
+    AgentSnapshot snapshot();
 
     Impl(LaunchContext context, ClusterFactory factory, WorkerGroup::Options worker_options)
         : ctx(std::move(context)),

@@ -306,6 +306,7 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     b.set("log-prefix", config.log_prefix, parse_log_prefix);
     b.set("event-log", config.event_log,
           [](const Setting& s) { return parse_nonempty(s, "/var/log/ddprun/events.jsonl"); });
+    b.set("metrics-port", config.metrics_port, parse_port);
     resolve_verbosity(parsed, env, b, config);
 
     // --write-config alone writes the job file: a program is not part of it.

@@ -107,6 +107,8 @@ constexpr OptionSpec k_option_table[] = {
      "{rank} {local_rank} {node_rank} {host} {role} {round}"},
     {"event-log", 0, "PATH", EnvDefault::Ddprun, k_ddprun,
      "append this node's events as JSON lines (docs/events.md)"},
+    {"metrics-port", 0, "PORT", EnvDefault::Ddprun, k_ddprun,
+     "serve Prometheus /metrics and /healthz on PORT [off]"},
     {"config", 0, "FILE", EnvDefault::Ddprun, k_ddprun,
      "read options from a TOML or INI job file; a flag wins over it"},
     {"write-config", 0, "FILE", EnvDefault::None, k_ddprun,

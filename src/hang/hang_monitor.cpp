@@ -32,17 +32,49 @@ std::string quoted_label(const std::string& label) {
 HangMonitor::HangMonitor(HangLimits limits, const std::vector<int>& ranks, Clock::time_point start,
                          int node_rank)
     : m_limits(limits), m_start(start), m_node_rank(node_rank) {
-    for (int rank : ranks) m_ranks.push_back(Rank{rank, std::nullopt, {}, false});
+    for (int rank : ranks) {
+        m_ranks.emplace_back();
+        m_ranks.back().rank = rank;
+    }
     std::sort(m_ranks.begin(), m_ranks.end(),
               [](const Rank& a, const Rank& b) { return a.rank < b.rank; });
 }
 
-void HangMonitor::beat(int rank, Clock::time_point at, const std::string& label) {
+void HangMonitor::beat(int rank, Clock::time_point at, const std::string& label,
+                       std::uint64_t lines) {
     for (Rank& r : m_ranks) {
         if (r.rank != rank) continue;
         r.last = std::max(r.last.value_or(at), at);
         if (!label.empty()) r.label = label;
+        r.beats += static_cast<std::int64_t>(lines);
+        if (!r.first) r.first = at;
+        r.recent.emplace_back(at, lines);
+        while (r.recent.front().first < *r.last - k_rate_window) r.recent.pop_front();
     }
+}
+
+std::vector<HangMonitor::Rate> HangMonitor::rates(Clock::time_point now) const {
+    std::vector<Rate> out;
+    for (const Rank& r : m_ranks) {
+        Rate rate{r.rank, r.beats, {}, std::nullopt};
+        if (r.last) {
+            rate.since_beat = now - *r.last;
+            const auto span = std::min<Clock::duration>(now - *r.first, k_rate_window);
+            if (span >= std::chrono::seconds(1)) {
+                std::uint64_t counted = 0;
+                for (const auto& [at, lines] : r.recent)
+                    if (at >= now - span) counted += lines;
+                // The first look also finds what was written before it: not in the span.
+                if (span == now - *r.first && r.recent.front().first == *r.first)
+                    counted -= r.recent.front().second;
+                rate.beats_per_second =
+                    static_cast<double>(counted) / std::chrono::duration<double>(span).count();
+            }
+        }
+        out.push_back(rate);
+    }
+    std::ranges::sort(out, {}, &Rate::rank);
+    return out;
 }
 
 void HangMonitor::exited(int rank) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -56,6 +57,21 @@ ProgressChannel::Seen ProgressChannel::look() {
     const auto size = static_cast<std::uint64_t>(st.st_size);
     if (size <= m_seen) return seen;
     seen.bytes = size - m_seen;
+    // Each line counted: reading what arrived costs about 0.1 ms per MB (memchr), and at
+    // most what arrives between two looks is there to read.
+    std::array<char, 64 * 1024> chunk{};
+    for (std::uint64_t at = m_seen; at < size;) {
+        const auto want =
+            static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), size - at));
+        const ssize_t n = ::pread(m_reader.get(), chunk.data(), want, static_cast<off_t>(at));
+        if (n <= 0) break;
+        for (const char* p = chunk.data();
+             (p = static_cast<const char*>(
+                  std::memchr(p, '\n', static_cast<std::size_t>(chunk.data() + n - p)))) != nullptr;
+             ++p)
+            ++seen.lines;
+        at += static_cast<std::uint64_t>(n);
+    }
     const std::uint64_t from = std::max(m_seen, size - std::min<std::uint64_t>(size, k_tail_bytes));
     std::array<char, k_tail_bytes> buffer{};
     const ssize_t got = ::pread(m_reader.get(), buffer.data(),

@@ -245,6 +245,12 @@ std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec
             fmt::format("{:g}", static_cast<double>(config.health_check_timeout.count()) / 1000),
             config.elastic() ? "the others go on without it"
                              : "the job fails on every node with exit code 69");
+    if (config.metrics_port)
+        out += fmt::format(
+            "\nmetrics: each node serves /metrics and /healthz on {}, port {}\n",
+            config.local_addr.empty() ? std::string("every address") : config.local_addr,
+            *config.metrics_port == 0 ? std::string("a free port")
+                                      : std::to_string(*config.metrics_port));
     return out;
 }
 

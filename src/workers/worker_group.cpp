@@ -341,7 +341,7 @@ std::vector<WorkerGroup::Beat> WorkerGroup::read_beats() {
         auto seen = w.progress->look();
         if (seen.bytes == 0) continue;
         m_impl->beaten = true;
-        beats.push_back(Beat{w.spec.rank, std::move(seen.label)});
+        beats.push_back(Beat{w.spec.rank, std::move(seen.label), seen.lines});
     }
     return beats;
 }

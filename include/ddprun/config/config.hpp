@@ -151,6 +151,9 @@ struct LaunchConfig {
     // each join; a node whose check fails or outlasts the timeout stays out. "": none.
     std::string health_check;
     std::chrono::milliseconds health_check_timeout{60000};
+    // --metrics-port (metrics_server.hpp): each agent serves /metrics and /healthz there,
+    // on --local_addr when given, else on every address; 0 picks a free port.
+    std::optional<int> metrics_port;
     // Whether the workers get DDPRUN_PROGRESS_FD: for hangs, or for progress.
     bool reads_beats() const { return hang_timeout.count() > 0 || max_no_progress_restarts > 0; }
 

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,8 +36,9 @@ class HangMonitor {
     HangMonitor(HangLimits limits, const std::vector<int>& ranks, Clock::time_point start,
                 int node_rank = -1);
 
-    // `rank` wrote something at `at`; `label` is its last line ("" keeps the last one).
-    void beat(int rank, Clock::time_point at, const std::string& label);
+    // `rank` wrote something at `at`; `label` is its last line ("" keeps the last one),
+    // `lines` how many lines (steps) that was.
+    void beat(int rank, Clock::time_point at, const std::string& label, std::uint64_t lines = 1);
     // `rank`'s worker exited: it is no longer watched.
     void exited(int rank);
 
@@ -45,12 +47,28 @@ class HangMonitor {
     // Every rank of this node at `now`, in rank order.
     std::vector<RankProgress> progress(Clock::time_point now) const;
 
+    // How fast each rank beats (--metrics-port): its beats (lines), the time since its
+    // last, and its beats per second over the last k_rate_window (or since its first
+    // beat, once that is a second ago; none before).
+    static constexpr std::chrono::seconds k_rate_window{30};
+    struct Rate {
+        int rank = -1;
+        std::int64_t beats = 0;
+        Clock::duration since_beat{};
+        std::optional<double> beats_per_second;
+    };
+    std::vector<Rate> rates(Clock::time_point now) const;
+
   private:
     struct Rank {
         int rank = -1;
         std::optional<Clock::time_point> last;
         std::string label;
         bool exited = false;
+        std::int64_t beats = 0;
+        std::optional<Clock::time_point> first;
+        // Beats within k_rate_window of the last one: when, and how many lines.
+        std::deque<std::pair<Clock::time_point, std::uint64_t>> recent;
     };
     bool is_hung(const Rank& rank, Clock::time_point now) const;
 

@@ -43,6 +43,7 @@ class ProgressChannel {
     // What arrived since the last look.
     struct Seen {
         std::uint64_t bytes = 0;  // written since the last look (0: no beat)
+        std::uint64_t lines = 0;  // whole lines among them: steps, for --metrics-port's rate
         std::string label;        // the last line written, if any arrived ("" else)
     };
     // Looks at what the worker wrote since the last call. Never blocks.

@@ -98,6 +98,7 @@ class WorkerGroup {
     struct Beat {
         int rank = 0;
         std::string label;
+        std::uint64_t lines = 0;  // whole lines written since the last read
     };
     std::vector<Beat> read_beats();
     // Whether any worker of the round beat (running or ended), for

@@ -715,6 +715,19 @@ TEST(CliParses, HealthCheck) {
     EXPECT_EQ(c.health_check_timeout.count(), 2500);
 }
 
+// --metrics-port PORT (or DDPRUN_METRICS_PORT); 0 picks a free one; absent: off.
+TEST(CliParses, MetricsPort) {
+    EXPECT_FALSE(parse_ok({"./t"}).metrics_port);
+    EXPECT_EQ(parse_ok({"--metrics-port=9400", "./t"}).metrics_port, 9400);
+    EXPECT_EQ(parse_ok({"--metrics_port", "0", "./t"}).metrics_port, 0);
+    EXPECT_EQ(parse_ok({"./t"}, Environment{{"DDPRUN_METRICS_PORT", "9401"}}).metrics_port, 9401);
+    expect_rejected({
+        {{"--metrics-port=70000", "./t"}, {}, {"--metrics-port=70000", "0-65535"}},
+        {{"--metrics-port=-1", "./t"}, {}, {"--metrics-port=-1", "0-65535"}},
+        {{"./t"}, {{"DDPRUN_METRICS_PORT", "web"}}, {"DDPRUN_METRICS_PORT=web"}},
+    });
+}
+
 // --hang-timeout (flag or DDPRUN_HANG_TIMEOUT) and --hang-timeout-first, in seconds;
 // 0 or absent: off.
 TEST(CliParses, HangTimeouts) {
