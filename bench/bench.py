@@ -65,6 +65,7 @@ SECTIONS = [
     ("k", "hangs"),
     ("l", "hosts"),
     ("m", "startup"),
+    ("n", "metrics"),
 ]
 
 
@@ -2359,6 +2360,101 @@ print(f"storm {count} beats in {int((time.perf_counter() - start) * 1e6)} us", f
 HANG_LINE = b"ddprun: error: hang:"
 
 
+METRICS_WORKERS = 8
+METRICS_BEATS_PER_S = 10  # each worker's progress beats
+METRICS_WINDOW_S = 5.0  # each row's measuring time
+
+
+def agent_cpu_s(pid):
+    """User + system CPU seconds of process `pid` (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_metrics(args):
+    """(n): --metrics-port: what scrapes of /metrics and /healthz cost the agent, next to
+    the same agent not scraped, with 8 workers beating 10 times a second."""
+    fake_worker = args.fake_worker or os.path.join(os.path.dirname(args.ddprun), "tests", "fake_worker")
+    if not os.access(fake_worker, os.X_OK):
+        print(f"\n(n) metrics: skipped: no {fake_worker} (build the fake_worker target, or pass --fake-worker)")
+        return
+    with tempfile.TemporaryDirectory(prefix="ddprun-metrics-") as scratch:
+        go = os.path.join(scratch, "go")
+        argv = [args.ddprun, f"--nproc_per_node={METRICS_WORKERS}", "--metrics-port=0", "--hang-timeout=60",
+                fake_worker, "beat-background", str(METRICS_BEATS_PER_S), "wait-file", go]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            port = None
+            deadline = time.monotonic() + 30
+            while port is None and time.monotonic() < deadline:
+                line = proc.stderr.readline().decode(errors="replace")
+                if not line:
+                    break
+                found = re.search(r"metrics at http://[^ ]+:(\d+)/metrics", line)
+                if found:
+                    port = int(found.group(1))
+            if port is None:
+                raise BenchError(f"`{' '.join(argv)}` never said where its metrics are")
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as children:
+                agent = int(children.read().split()[0])
+            time.sleep(1.0)  # the workers started and beat
+
+            def window(path):
+                """Scrapes `path` back to back for the window (none: idle): scrapes, agent CPU s,
+                latencies."""
+                latencies = []
+                cpu = agent_cpu_s(agent)
+                end = time.monotonic() + METRICS_WINDOW_S
+                while time.monotonic() < end:
+                    if path is None:
+                        time.sleep(0.05)
+                        continue
+                    start = time.perf_counter()
+                    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                        conn.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+                        answer = b""
+                        while chunk := conn.recv(65536):
+                            answer += chunk
+                    latencies.append(time.perf_counter() - start)
+                    if not answer.startswith(b"HTTP/1.1 200"):
+                        raise BenchError(f"GET {path}: {answer[:80]!r}")
+                return len(latencies), agent_cpu_s(agent) - cpu, latencies
+
+            _, idle_cpu, _ = window(None)
+            rows = [["not scraped", "0", "", f"{idle_cpu / METRICS_WINDOW_S * 100:.2f}", "", ""]]
+            for path in ("/metrics", "/healthz"):
+                scrapes, cpu, latencies = window(path)
+                extra = max(cpu - idle_cpu, 0.0)
+                per_scrape_us = extra / scrapes * 1e6
+                rows.append(
+                    [
+                        f"GET {path} back to back",
+                        str(scrapes),
+                        f"{statistics.median(latencies) * 1e3:.2f}",
+                        f"{cpu / METRICS_WINDOW_S * 100:.2f}",
+                        f"{per_scrape_us:.0f}",
+                        f"{per_scrape_us / 15 / 1e4:.5f}",
+                    ]
+                )
+            print_table(
+                f"(n) --metrics-port: one agent, {METRICS_WORKERS} workers beating {METRICS_BEATS_PER_S} times a "
+                f"second (--hang-timeout), {METRICS_WINDOW_S:.0f} s per row; the agent's CPU (/proc, 10 ms ticks) "
+                "next to the same agent not scraped",
+                ["agent", "scrapes", "latency ms (median)", "agent CPU %", "CPU us per scrape",
+                 "CPU % at 1 scrape / 15 s"],
+                rows,
+            )
+            print("    torchrun: nothing to scrape (its metrics go to an in-process handler, none by default)")
+        finally:
+            open(go, "w").close()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
 def hang_run(argv, stamp, limit_s=COMMAND_TIMEOUT_S):
     """Runs one hung job. Returns (last beat, hang line seen, exit, exit code,
     stderr), the times in time.time() seconds: the last beat as the worker
@@ -2807,6 +2903,8 @@ def main():
             bench_hosts(args, scratch)
     if "startup" in args.only:
         bench_startup(args)
+    if "metrics" in args.only:
+        bench_metrics(args)
     print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
 
 

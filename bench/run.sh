@@ -11,7 +11,8 @@
 # runs again after a node joins, dies, hangs or leaves; last, how fast
 # --hang-timeout stops a hung job, what a progress beat costs a worker and
 # whether beats slow the output path; and for --hosts, the preflight's fan-out
-# to N hosts and a 3-host job over ssh next to its agents started by hand. See bench/README.md for
+# to N hosts and a 3-host job over ssh next to its agents started by hand; and what
+# --metrics-port's scrapes cost the agent. See bench/README.md for
 # what each row means. Bounded to 15 minutes; about 8-11 on 2 cores.
 #
 #   bash bench/run.sh                      # uses build/, builds what is missing
