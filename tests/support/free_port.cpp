@@ -88,4 +88,21 @@ int free_test_port() {
     throw std::runtime_error("no free TCP port in 10000-19999 on 127.0.0.1");
 }
 
+LoopbackListener listen_on_loopback(int backlog) {
+    LoopbackListener listener{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), 0};
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (listener.fd < 0 ||
+        ::bind(listener.fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        ::listen(listener.fd, backlog) != 0 ||
+        ::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+        if (listener.fd >= 0) ::close(listener.fd);
+        return {};
+    }
+    listener.port = ntohs(address.sin_port);
+    return listener;
+}
+
 }  // namespace ddprun

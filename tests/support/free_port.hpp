@@ -16,4 +16,12 @@ int free_test_port();
 // holds it). free_test_port() claims what it returns.
 bool claim_test_port(int port);
 
+// A test's stand-in for another program on a port: a socket listening on 127.0.0.1
+// at a port the kernel picked (fd -1 on failure). The caller closes fd.
+struct LoopbackListener {
+    int fd = -1;
+    int port = 0;
+};
+LoopbackListener listen_on_loopback(int backlog);
+
 }  // namespace ddprun

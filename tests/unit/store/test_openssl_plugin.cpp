@@ -20,6 +20,7 @@
 #include "ddprun/fanout/job_secret.hpp"
 #include "ddprun/store/etcd_client.hpp"
 #include "ddprun/store/signed_store.hpp"
+#include "support/free_port.hpp"
 #include "support/memory_store.hpp"
 #include "support/self_process.hpp"
 
@@ -145,14 +146,8 @@ TEST(OpenSslPlugin, FoundBesideTheBinaryFirst) {
 // ElasticEtcdTest.AnEtcdOutOfReachForLessThanTheHeartbeatTimeoutLosesNoNode, whose
 // agent ended 75 with the https hint), an outage the agent rides out.
 TEST(EtcdTransport, AHangUpIsTheHttpsHintOnlyBeforeEtcdWasReached) {
-    int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
-    ASSERT_EQ(::listen(listener, 16), 0);
-    ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+    const auto [listener, port] = listen_on_loopback(16);
+    ASSERT_GE(listener, 0);
     std::atomic<bool> done = false;
     std::thread member([&] {  // reads a request's first bytes, then hangs up
         while (!done) {
@@ -167,8 +162,7 @@ TEST(EtcdTransport, AHangUpIsTheHttpsHintOnlyBeforeEtcdWasReached) {
     });
     for (bool reached : {false, true}) {
         SCOPED_TRACE(reached ? "etcd reached before" : "etcd never reached");
-        EtcdOptions options{.endpoints = {{"127.0.0.1", ntohs(address.sin_port)}},
-                            .timeout = 500ms};
+        EtcdOptions options{.endpoints = {{"127.0.0.1", port}}, .timeout = 500ms};
         options.reached->store(reached);
         EtcdClient client(options);
         try {

@@ -466,15 +466,8 @@ TEST_F(StoreTcp, AnEndpointThatIsNotAStoreIsAClearError) {
     enum class Behaviour { Silent, Close, Reset };
     for (Behaviour behaviour : {Behaviour::Silent, Behaviour::Close, Behaviour::Reset}) {
         SCOPED_TRACE(static_cast<int>(behaviour));
-        int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in address{};
-        address.sin_family = AF_INET;
-        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t length = sizeof address;
-        ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
-        ASSERT_EQ(::listen(listener, 8), 0);
-        ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
-        int port = ntohs(address.sin_port);
+        const auto [listener, port] = listen_on_loopback(8);
+        ASSERT_GE(listener, 0);
         std::atomic<bool> done = false;
         std::thread program([&] {
             std::vector<int> accepted;
