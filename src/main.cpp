@@ -14,6 +14,7 @@
 #include "ddprun/cli/version.hpp"
 #include "ddprun/fanout/fan_out.hpp"
 #include "ddprun/launch/launch.hpp"
+#include "ddprun/status/status.hpp"
 
 extern char** environ;
 
@@ -54,6 +55,13 @@ int main(int argc, char** argv) {
         return command_line.error().exit_code;
     }
     if (command_line->action == CommandLine::Action::PrintVersion) print_version();
+    if (command_line->action == CommandLine::Action::ShowStatus) {
+        // Errors only (-v: more): the reader's own line says what went wrong.
+        setup_logging(command_line->config.verbosity - 1);
+        return run_status(
+            command_line->config, env,
+            {command_line->watch, command_line->json, command_line->rendezvous_given});
+    }
     if (command_line->action != CommandLine::Action::Run) {
         std::fputs(command_line->text.c_str(), stdout);
         return exit_code::kSuccess;

@@ -49,6 +49,8 @@
 //   beat-background <rate>  from now on a thread beats "bg <i>" <rate> times a second until
 //                           the process exits (load on ddprun's beat watch); exits 95 if
 //                           the variable is unset or a write fails
+//   slow-while <path>       a later beat-background beats ten times slower while <path>
+//                           exists (a straggler the test turns on and off)
 //   if-rank <r> <action...>        run the next action only when RANK == r
 //   if-local-rank <r> <action...>  ... only when LOCAL_RANK == r
 //   if-restart <n> <action...>     ... only when TORCHELASTIC_RESTART_COUNT == n
@@ -372,15 +374,18 @@ void beat_storm(int count) {
 // Deadlines are absolute, so the rate holds on average even though a sleep
 // this short overshoots; after a stall (a stopped process) it does not try to
 // catch up more than a second.
+std::string g_slow_while;  // slow-while's path: beat-background slows while it exists
+
 void beat_background(int rate) {
     if (rate <= 0) usage("beat-background: the rate must be positive");
     const int fd = progress_fd();
-    std::thread([fd, rate] {
+    std::thread([fd, rate, slow_while = g_slow_while] {
         const auto period = std::chrono::nanoseconds(1'000'000'000LL / rate);
         auto deadline = std::chrono::steady_clock::now();
         for (long long i = 1;; ++i) {
             beat_once(fd, "bg " + std::to_string(i) + "\n");
-            deadline += period;
+            const bool slow = !slow_while.empty() && ::access(slow_while.c_str(), F_OK) == 0;
+            deadline += slow ? period * 10 : period;
             const auto now = std::chrono::steady_clock::now();
             if (now - deadline > std::chrono::seconds(1)) deadline = now;
             std::this_thread::sleep_until(deadline);
@@ -561,7 +566,7 @@ class Interpreter {
             "exit",       "raise",           "sleep",       "ignore",           "trap",
             "trap-exit",  "wait-file",       "ready",       "write-error-file", "huge-line",
             "allocate",   "save-on-term",    "save-marker", "getenv",           "beat",
-            "beat-storm", "beat-background",
+            "beat-storm", "beat-background", "slow-while",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {
@@ -608,6 +613,8 @@ class Interpreter {
             beat_storm(parse_int(value));
         } else if (action == "beat-background") {
             beat_background(parse_int(value));
+        } else if (action == "slow-while") {
+            g_slow_while = value;
         } else if (action == "huge-line") {
             huge_line(parse_int(value));
         } else if (action == "allocate") {

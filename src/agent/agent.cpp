@@ -67,6 +67,7 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
         spdlog::info("{} from another node", signal_name(signal));
         workers.forward(signal);
     };
+    handlers.on_straggler = [this](Straggler straggler) { on_straggler(straggler); };
     std::optional<std::expected<RoundInfo, Error>> joined;
     // The round's stop may come as soon as the join is done, before the workers start.
     failure_published = false;
@@ -308,6 +309,7 @@ int Agent::run() {
 
         if (auto failed = impl.serve_metrics()) return impl.job_end(*failed);
         if (auto failed = impl.open()) return impl.job_end(*failed);
+        impl.watch_status();
         const int code = impl.run_rounds();
         // Whoever still waits to join (an elastic job's spares) learns that the job is over.
         impl.cluster->end_job(code);

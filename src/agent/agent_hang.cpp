@@ -51,6 +51,7 @@ void Agent::Impl::watch_hangs() {
     std::vector<int> ranks;
     for (const auto& w : workers.running_workers()) ranks.push_back(w.rank);
     hang_monitor = HangMonitor(limits(), ranks, HangMonitor::Clock::now(), node_rank);
+    hang_monitor.set_rate_window(rate_window());
     hang_timer = std::make_unique<asio::steady_timer>(io);
     look_for_hang();
 }

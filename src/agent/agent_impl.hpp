@@ -119,6 +119,16 @@ struct Agent::Impl {
     void count_exit(const WorkerOutcome& outcome);
     AgentSnapshot snapshot();
 
+    // Status (agent_status.cpp, node_status.hpp): a multi-node agent hands its cluster its
+    // record every k_status_tick, which publishes it at its own pace; node 0 names
+    // stragglers from every node's rates, measured over rate_window().
+    static constexpr std::chrono::seconds k_status_tick{1};
+    std::unique_ptr<asio::steady_timer> status_timer;
+    void watch_status();
+    NodeStatus node_status();
+    void on_straggler(const Straggler& straggler);
+    HangMonitor::Clock::duration rate_window() const;
+
     Impl(LaunchContext context, ClusterFactory factory, WorkerGroup::Options worker_options)
         : ctx(std::move(context)),
           make_cluster(std::move(factory)),

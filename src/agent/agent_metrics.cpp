@@ -96,6 +96,10 @@ AgentSnapshot Agent::Impl::snapshot() {
     }
     s.rendezvous_seconds = last_join_seconds;
     s.exit_barrier_seconds = last_barrier_seconds;
+    if (auto calls = cluster ? cluster->store_calls() : std::nullopt) {
+        s.store_requests = calls->requests;
+        s.store_errors = calls->errors;
+    }
     return s;
 }
 

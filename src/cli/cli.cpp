@@ -309,6 +309,30 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     b.set("metrics-port", config.metrics_port, parse_port);
     resolve_verbosity(parsed, env, b, config);
 
+    b.set("straggler-fraction", config.straggler_fraction, parse_fraction);
+    double straggler_seconds = 60;
+    b.set("straggler-window", straggler_seconds,
+          [](const Setting& s) { return parse_seconds(s, false, "60"); });
+    config.straggler_window =
+        std::chrono::milliseconds(std::max<long long>(1, std::llround(straggler_seconds * 1000)));
+    for (std::string_view name : {"straggler-fraction", "straggler-window"})
+        if (b.find(name) != nullptr && config.hang_timeout.count() == 0)
+            b.fail(b.find(name)->error_hint(
+                "needs --hang-timeout (the ranks' step rates come from their progress beats)",
+                "add --hang-timeout=SECS"));
+    if (scanned.status) {
+        if (b.error()) return std::unexpected(*b.error());
+        if (scanned.program_index)
+            return std::unexpected(usage_error(fmt::format(
+                "ddprun status takes no program ('{}'): it reads a job that runs already; drop "
+                "it (usage: ddprun status [rendezvous options] [--watch] [--json])",
+                args[*scanned.program_index])));
+        return config;
+    }
+    for (std::string_view name : {"watch", "json"})
+        if (scanned.spelling.contains(name))
+            return std::unexpected(usage_error(fmt::format(
+                "--{} is for `ddprun status` (e.g. ddprun status --rdzv_id=ID --{})", name, name)));
     // --write-config alone writes the job file: a program is not part of it.
     const bool write_only = b.find("write-config") != nullptr && !config.dry_run;
     if (!b.error() && !scanned.program_index && write_only) return config;
@@ -432,7 +456,10 @@ namespace ddprun {
 std::expected<CommandLine, Error> parse_command_line(const std::vector<std::string>& args,
                                                      const Environment& env, bool (*ignored)(int)) {
     using namespace cli;
-    Scanned scanned = scan(args);
+    // `ddprun status`: the rest are the job's options (its rendezvous), and no program.
+    const bool status = !args.empty() && args.front() == "status";
+    Scanned scanned = scan(status ? std::vector<std::string>(args.begin() + 1, args.end()) : args);
+    scanned.status = status;
     // Not read for --help or --version, nor after a malformed flag.
     const bool asks_for_text =
         std::any_of(scanned.options.begin(), scanned.options.end(), [](const std::string& item) {
@@ -461,11 +488,28 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
     if (scanned.error) return std::unexpected(*scanned.error);
 
     Settings settings = gather_settings(parsed, scanned, env);
+    if (status) {
+        // A reader is no node: the job's shape is not its to detect (a scheduler's
+        // variables describe the reader's own step), only where the job's store is.
+        command_line.rendezvous_given = settings.contains("rdzv_endpoint") ||
+                                        settings.contains("rdzv_id") ||
+                                        settings.contains("master_addr");
+        for (std::string_view name : {"nnodes", "node_rank", "nproc_per_node"})
+            settings.erase(name);
+        settings.emplace("nnodes", Setting{"nnodes", "1"});
+    }
     std::map<std::string_view, std::string> detected;
     auto defaults = add_scheduler_values(settings, env, detected);
     if (!defaults) return std::unexpected(defaults.error());
-    auto config = build_config(settings, parsed, args, scanned, env);
+    auto config = build_config(
+        settings, parsed, status ? std::vector<std::string>(args.begin() + 1, args.end()) : args,
+        scanned, env);
     if (!config) return std::unexpected(config.error());
+    if (status) {
+        command_line.action = CommandLine::Action::ShowStatus;
+        command_line.watch = given("watch");
+        command_line.json = given("json");
+    }
     if (!settings.contains("signals_to_handle")) leave_ignored_signals(*config, ignored);
     config->scheduler = defaults->scheduler;
     config->value_sources = describe_sources(*config, settings, detected);

@@ -23,6 +23,8 @@ namespace {
 
 constexpr std::string_view k_torchrun = "torchrun flags (- and _ spellings both work):";
 constexpr std::string_view k_ddprun = "ddprun flags:";
+constexpr std::string_view k_status =
+    "ddprun status [options]: a running job, read from its rendezvous (docs/status.md):";
 constexpr std::string_view k_fan_out =
     "one command for the whole job, over ssh (docs/multi-node.md):";
 
@@ -89,6 +91,10 @@ constexpr OptionSpec k_option_table[] = {
      "a rank silent on DDPRUN_PROGRESS_FD this long is hung [off]"},
     {"hang-timeout-first", 0, "SECS", EnvDefault::Ddprun, k_ddprun,
      "a worker must beat within SECS of its start [no bound]"},
+    {"straggler-fraction", 0, "F", EnvDefault::Ddprun, k_ddprun,
+     "a rank under F x the median step rate is a straggler [0.5]"},
+    {"straggler-window", 0, "SECS", EnvDefault::Ddprun, k_ddprun,
+     "how long a rank stays under it before it is named [60]"},
     {"max-no-progress-restarts", 0, "N", EnvDefault::Ddprun, k_ddprun,
      "stop (exit 78) after N restarts in a row without progress [off]"},
     {"progress-file", 0, "PATH", EnvDefault::Ddprun, k_ddprun,
@@ -131,6 +137,8 @@ constexpr OptionSpec k_option_table[] = {
      "an agent of --hosts: stop the job when stdin closes"},
     {"preflight", 0, "", EnvDefault::None, k_fan_out,
      "an agent of --hosts: check this node can run the job"},
+    {"watch", 0, "", EnvDefault::None, k_status, "refresh every 2 s until the job ends"},
+    {"json", 0, "", EnvDefault::None, k_status, "one JSON object (with --watch: a line each)"},
     {"verbose", 'v', "", EnvDefault::None, k_ddprun, "more output (-vv: even more)"},
     {"quiet", 'q', "", EnvDefault::None, k_ddprun, "errors only"},
     {"version", 0, "", EnvDefault::None, k_ddprun, "print the version"},
@@ -293,6 +301,7 @@ std::string help_text() {
     std::string text =
         "usage: ddprun [options] PROGRAM [ARGS...]\n"
         "       ddprun [options] -m MODULE [ARGS...]\n"
+        "       ddprun status [rendezvous options] [--watch] [--json]\n"
         "\n"
         "Starts --nproc_per_node workers of PROGRAM with torchrun's environment (RANK,\n"
         "WORLD_SIZE, ...), prefixes their output and stops the whole job when one fails.\n"

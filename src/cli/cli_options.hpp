@@ -61,6 +61,7 @@ struct Scanned {
     std::map<std::string_view, std::string> spelling;  // canonical name -> as typed
     std::optional<std::size_t> program_index;
     std::optional<Error> error;  // the first unknown, ambiguous or malformed flag
+    bool status = false;         // `ddprun status [options]`: no program
 };
 
 Scanned scan(const std::vector<std::string>& args);

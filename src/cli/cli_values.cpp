@@ -140,6 +140,14 @@ Parsed<double> parse_seconds(const Setting& s, bool zero_ok, std::string_view ex
     return *value;
 }
 
+Parsed<double> parse_fraction(const Setting& s) {
+    auto value = to_number(s.value);
+    if (!value) return std::unexpected(s.error("not a number", "0.5"));
+    if (*value < 0 || *value >= 1)
+        return std::unexpected(s.error("must be at least 0 (off) and less than 1", "0.5"));
+    return *value;
+}
+
 Parsed<std::string> parse_nonempty(const Setting& s, std::string_view example) {
     if (trim(s.value).empty()) return std::unexpected(s.error("must not be empty", example));
     return s.value;

@@ -67,6 +67,8 @@ Parsed<NnodesRange> parse_nnodes(const Setting& s);
 Parsed<NprocSpec> parse_nproc(const Setting& s);
 Parsed<int> parse_port(const Setting& s);
 Parsed<double> parse_seconds(const Setting& s, bool zero_ok, std::string_view example);
+// A fraction in [0, 1) (--straggler-fraction): 0 turns the thing off.
+Parsed<double> parse_fraction(const Setting& s);
 Parsed<std::string> parse_nonempty(const Setting& s, std::string_view example);
 // A host name or address: what other nodes and messages will use verbatim. Empty
 // only where `empty_ok` (then the default applies, as in torchrun).

@@ -27,18 +27,24 @@ constexpr std::chrono::milliseconds k_wait_slice{500};
 std::expected<std::unique_ptr<Coordinator>, Error> Coordinator::open(asio::io_context& io,
                                                                      Options options) {
     try {
-        auto store = sign_store(
-            options.etcd ? open_etcd_store(*options.etcd) : open_tcp_store(options.store),
-            options.secret);
+        auto counts = std::make_shared<StoreCounts>();
+        auto store = sign_store(count_store(options.etcd ? open_etcd_store(*options.etcd)
+                                                         : open_tcp_store(options.store),
+                                            counts),
+                                options.secret);
         return std::unique_ptr<Coordinator>(
-            new Coordinator(io, std::move(options), std::move(store)));
+            new Coordinator(io, std::move(options), std::move(store), std::move(counts)));
     } catch (const StoreError& e) {
         return std::unexpected(Error{e.what(), exit_code::kRendezvous});
     }
 }
 
-Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<Store> store)
-    : m_io(io), m_options(std::move(options)), m_store(std::move(store)) {
+Coordinator::Coordinator(asio::io_context& io, Options options, std::unique_ptr<Store> store,
+                         std::shared_ptr<StoreCounts> counts)
+    : m_io(io),
+      m_options(std::move(options)),
+      m_counts(std::move(counts)),
+      m_store(std::move(store)) {
     m_rendezvous = std::make_unique<Rendezvous>(*m_store, m_options.run_id);
     m_ops_store = m_store->clone();
     m_ops_rendezvous = std::make_unique<Rendezvous>(*m_ops_store, m_options.run_id);

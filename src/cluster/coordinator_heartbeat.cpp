@@ -136,6 +136,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
     bool kill_seen = false;
     // Since when the next counted signal's record is missing; the epoch: it is not.
     HeartbeatMonitor::Clock::time_point signal_gap_since{};
+    StatusPublication status{{}, StatusPublisher(m_options.run_id, m_options.stragglers)};
     m_beat_done_ms = steady_ms();
     std::unique_lock lock(m_mutex);
     while (!m_closing) {
@@ -228,6 +229,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
                     reach_agent([this, signal] { m_on_signal(signal); });
                 }
             }
+            publish_status(*store, status);
             if (liveness) {
                 // A node that never put its key (it died right after joining) is lost too,
                 // once it has had heartbeat_timeout to do so.
@@ -299,7 +301,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             // closing stays prompt.
             try {
                 const auto next = HeartbeatMonitor::Clock::now() + interval;
-                while (!m_closing && HeartbeatMonitor::Clock::now() < next &&
+                while (!m_closing && !m_status_urgent && HeartbeatMonitor::Clock::now() < next &&
                        m_entered_round == followed) {
                     const auto slice = std::min(next, HeartbeatMonitor::Clock::now() + 500ms);
                     if (elastic) {
@@ -333,7 +335,7 @@ void Coordinator::heartbeat_loop(int node_rank, LostHandler on_lost) {
             continue;
         }
         lock.lock();
-        m_wake.wait_for(lock, interval, [this] { return m_closing.load(); });
+        m_wake.wait_for(lock, interval, [this] { return m_closing || m_status_urgent; });
     }
 }
 

@@ -115,6 +115,15 @@ class StoreCluster final : public Cluster {
 
     void publish_kill() override { m_coordinator->publish_kill(m_round); }
 
+    void publish_status(NodeStatus status) override {
+        if (m_coordinator) m_coordinator->set_status(std::move(status));
+    }
+    std::optional<StoreCalls> store_calls() const override {
+        if (!m_coordinator) return std::nullopt;
+        const StoreCounts& counts = m_coordinator->store_counts();
+        return StoreCalls{counts.requests, counts.errors};
+    }
+
     void broadcast_signal(int signal) override {
         if (m_ctx.config.broadcast_signals)
             m_coordinator->broadcast_signal(m_round, m_node_rank, signal);
@@ -329,6 +338,9 @@ void StoreCluster::start_heartbeats() {
             if (m_handlers.on_signal) m_handlers.on_signal(signal);
         });
     m_coordinator->on_spare([](const std::string& line) { spdlog::info("{}", line); });
+    m_coordinator->on_straggler([this](Straggler straggler) {
+        if (m_handlers.on_straggler) m_handlers.on_straggler(std::move(straggler));
+    });
     m_coordinator->start_heartbeats(m_node_rank,
                                     [this](std::string message) { stop(store_lost(message)); });
     if (m_ctx.config.elastic()) watch_store();

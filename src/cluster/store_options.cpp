@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 
 #include "ddprun/base/ports.hpp"
+#include "ddprun/cluster/job_store.hpp"
 #include "ddprun/plan/rank_plan.hpp"
+#include "ddprun/store/signed_store.hpp"
 
 namespace ddprun {
 namespace {
@@ -67,6 +69,8 @@ std::expected<Coordinator::Options, Error> coordinator_options(const LaunchConte
     options.join_timeout = settings.join_timeout;
     options.heartbeat_timeout = settings.heartbeat_timeout;
     options.barrier_timeout = settings.exit_barrier_timeout;
+    if (config.hang_timeout.count() > 0 && config.straggler_fraction > 0)
+        options.stragglers = StragglerLimits{config.straggler_fraction, config.straggler_window};
 
     NodeInfo& me = options.me;
     me.node_rank = config.node_rank.value_or(-1);
@@ -97,6 +101,36 @@ std::expected<Coordinator::Options, Error> coordinator_options(const LaunchConte
     if (!is_host && config.node_rank) is_host = *config.node_rank == 0;
     options.store.is_server = !etcd && is_host.value_or(is_local_host(endpoint.host));
     return options;
+}
+
+std::expected<JobStoreClient, Error> open_job_store(const LaunchContext& ctx,
+                                                    std::chrono::milliseconds timeout) {
+    auto options = coordinator_options(ctx);
+    if (!options) return std::unexpected(options.error());
+    JobStoreClient client;
+    client.etcd = options->etcd.has_value();
+    client.where = fmt::format("{} at {}:{}", client.etcd ? "etcd" : "the c10d store",
+                               options->store.host, options->store.port);
+    try {
+        if (options->etcd) {
+            options->etcd->lease.reset();  // a reader writes nothing: no lease to keep
+            options->etcd->client.timeout = timeout;
+            options->etcd->client.outage_grace = std::chrono::milliseconds(0);
+            client.store = open_etcd_store(*options->etcd);
+        } else {
+            options->store.is_server = false;
+            options->store.timeout = timeout;
+            client.store = open_tcp_store(options->store);
+        }
+    } catch (const StoreError& e) {
+        return std::unexpected(Error{
+            fmt::format("no job answers there: {}; it ended, has not started, or runs with "
+                        "other rendezvous options (--rdzv_endpoint, --rdzv_backend, --master_addr)",
+                        e.what()),
+            1});
+    }
+    client.store = sign_store(std::move(client.store), ctx.rdzv_secret);
+    return client;
 }
 
 std::optional<Error> check_store_host(const LaunchConfig& config, const std::string& host) {

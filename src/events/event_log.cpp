@@ -208,6 +208,16 @@ EventFields progress_event(int round, bool made_progress, int restarts_without_p
     return fields;
 }
 
+EventFields straggler_event(int round, const Straggler& straggler) {
+    EventFields fields;
+    fields["round"] = round;
+    fields["rank"] = straggler.rank;
+    fields["straggler_node_rank"] = straggler.node_rank;
+    fields["steps_per_second"] = straggler.rate;
+    fields["median_steps_per_second"] = straggler.median;
+    return fields;
+}
+
 EventFields health_check_event(int round, bool healthy, std::string_view outcome,
                                std::optional<int> exit_code, std::chrono::milliseconds took,
                                const std::vector<std::string>& lines) {

@@ -49,7 +49,7 @@ void HangMonitor::beat(int rank, Clock::time_point at, const std::string& label,
         r.beats += static_cast<std::int64_t>(lines);
         if (!r.first) r.first = at;
         r.recent.emplace_back(at, lines);
-        while (r.recent.front().first < *r.last - k_rate_window) r.recent.pop_front();
+        while (r.recent.front().first < *r.last - m_rate_window) r.recent.pop_front();
     }
 }
 
@@ -59,7 +59,7 @@ std::vector<HangMonitor::Rate> HangMonitor::rates(Clock::time_point now) const {
         Rate rate{r.rank, r.beats, {}, std::nullopt};
         if (r.last) {
             rate.since_beat = now - *r.last;
-            const auto span = std::min<Clock::duration>(now - *r.first, k_rate_window);
+            const auto span = std::min<Clock::duration>(now - *r.first, m_rate_window);
             if (span >= std::chrono::seconds(1)) {
                 std::uint64_t counted = 0;
                 for (const auto& [at, lines] : r.recent)

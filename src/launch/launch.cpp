@@ -130,6 +130,19 @@ Status prepare_etcd_access(LaunchContext& ctx) {
 
 }  // namespace
 
+std::expected<LaunchContext, Error> prepare_status(const LaunchConfig& config,
+                                                   const Environment& env) {
+    LaunchContext ctx;
+    ctx.config = config;
+    ctx.env = env;
+    auto secret = read_user_secret(config.rendezvous, env);
+    if (!secret) return std::unexpected(secret.error());
+    ctx.rdzv_secret = std::move(*secret);
+    ctx.host = config.local_addr.empty() ? host_name() : config.local_addr;
+    if (auto access = prepare_etcd_access(ctx); !access) return std::unexpected(access.error());
+    return ctx;
+}
+
 std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
                                                     const Environment& env) {
     // Where the job's shape came from (flag, DDPRUN_/PET_, scheduler, default).

@@ -108,7 +108,8 @@ std::string prometheus_text(const AgentSnapshot& s) {
             t.sample("ddprun_rank_last_beat_age_seconds", r.seconds_since_beat,
                      fmt::format(R"(rank="{}")", r.rank));
         t.family("ddprun_rank_beats_per_second", "gauge",
-                 "Each rank's beats (steps) per second over the last 30 s.");
+                 "Each rank's beats (steps) per second over the last 30 s "
+                 "(half of a shorter --straggler-window).");
         for (const auto& r : s.ranks) {
             if (r.beats_per_second)
                 t.sample("ddprun_rank_beats_per_second", *r.beats_per_second,
@@ -123,6 +124,14 @@ std::string prometheus_text(const AgentSnapshot& s) {
         t.family("ddprun_exit_barrier_seconds", "gauge",
                  "How long this agent waited in its last exit barrier.");
         t.sample("ddprun_exit_barrier_seconds", *s.exit_barrier_seconds);
+    }
+    if (s.store_requests) {
+        t.family("ddprun_store_requests_total", "counter",
+                 "Calls this agent made on the rendezvous store.");
+        t.sample("ddprun_store_requests_total", *s.store_requests);
+        t.family("ddprun_store_errors_total", "counter",
+                 "Calls on the rendezvous store that failed (a wait that timed out is not one).");
+        t.sample("ddprun_store_errors_total", s.store_errors.value_or(0));
     }
     return t.take();
 }

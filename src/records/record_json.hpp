@@ -75,6 +75,17 @@ class FieldReader {
         out = static_cast<Int>(value);
     }
 
+    // A finite number in [min, max] (an integer is one too).
+    void number(const char* name, double& out, double min, double max) {
+        const json* field = find(name);
+        if (field == nullptr) return;
+        if (!field->is_number()) return fail(name, "is not a number");
+        const double value = field->get<double>();
+        if (!(value >= min && value <= max))
+            return fail(name, fmt::format("is {}, out of range", field->dump()));
+        out = value;
+    }
+
     void boolean(const char* name, bool& out) {
         const json* field = find(name);
         if (field == nullptr) return;

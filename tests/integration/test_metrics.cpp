@@ -258,6 +258,16 @@ TEST_F(Metrics, ARealPrometheusScrapesTwoAgents) {
     }
     EXPECT_EQ(instances, (std::set<std::string>{fmt::format("127.0.0.1:{}", metrics_port),
                                                 fmt::format("127.0.0.2:{}", metrics_port)}));
+    // A multi-node agent counts its calls on the store; a healthy job's never failed.
+    for (const std::string host : {"127.0.0.1", "127.0.0.2"}) {
+        const std::string text = get(host, metrics_port, "/metrics").body;
+        std::smatch requests;
+        ASSERT_TRUE(std::regex_search(text, requests,
+                                      std::regex(R"(\nddprun_store_requests_total (\d+)\n)")))
+            << text;
+        EXPECT_GT(std::stoll(requests[1]), 0) << text;
+        EXPECT_TRUE(has_sample(text, "ddprun_store_errors_total 0")) << text;
+    }
     write_text_file(go, "");
     auto r = wait_nodes(agents);
     EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);

@@ -276,6 +276,7 @@ class SlurmFailure : public SlurmTest {};
 class SlurmSignals : public SlurmTest {};
 class SlurmSharing : public SlurmTest {};
 class SlurmNames : public SlurmTest {};
+class SlurmStatus : public SlurmTest {};
 
 // --- 1: srun -N2 ------------------------------------------------------------------
 
@@ -784,5 +785,41 @@ TEST(SlurmHarness, AClusterThatCannotStartSaysWhyAndLeavesNothingBehind) {
     if (!HasFailure()) std::filesystem::remove_all(broken.dir());
 }
 
+// `ddprun status` with no flag at all inside the allocation (its own step, as a
+// user's `srun --overlap --jobid=ID ddprun status`): it finds the job's step (the
+// first whose store answers at the allocation's first host) and shows both nodes.
+TEST_F(SlurmStatus, NoFlagsInsideTheAllocationShowTheJob) {
+    const std::string name = new_job_name();
+    const std::string done = path("done");
+    auto srun = start_client(
+        "srun",
+        srun_two_nodes(name, ddprun_job({"--nproc_per_node=2"},
+                                        {"ready", path("ready.{rank}"), "wait-file", done})));
+    for (int rank = 0; rank < 4; ++rank)
+        ASSERT_TRUE(wait_for_file(path(fmt::format("ready.{}", rank)), k_job_guard / 2))
+            << srun->err_so_far();
+    const std::string id = job_id(name);
+    RunResult status;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            status = run_client("srun",
+                                {"--overlap", "--jobid=" + id, "-N1", "-n1", k_ddprun, "status"});
+            return contains(status.out, "state:      running round 0");
+        },
+        40s))
+        << status.describe();
+    EXPECT_TRUE(contains(status.out, fmt::format("job 'slurm-{}.0' (the c10d store at ", id)))
+        << status.out;
+    EXPECT_TRUE(contains(status.out, "nodes:      2 (world size 4)")) << status.out;
+    write_text_file(done, "");
+    auto r = srun->wait();
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    // An allocation without a ddprun job: one line, exit 1.
+    auto none = run_client("srun", {"-N1", "-n1", "-t", "1", k_ddprun, "status"});
+    EXPECT_EQ(none.exit_code, 1) << none.describe();
+    EXPECT_TRUE(contains(none.err, "ddprun status: no ddprun job in Slurm job ")) << none.err;
+}
+
 }  // namespace
+
 }  // namespace ddprun_it

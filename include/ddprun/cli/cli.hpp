@@ -15,7 +15,8 @@
 namespace ddprun {
 
 struct CommandLine {
-    enum class Action { Run, PrintHelp, PrintVersion };
+    // ShowStatus: `ddprun status` (status.hpp) reads the job `config` names.
+    enum class Action { Run, PrintHelp, PrintVersion, ShowStatus };
     Action action = Action::Run;
     LaunchConfig config;
     std::string text;  // help or version text for PrintHelp / PrintVersion
@@ -23,6 +24,11 @@ struct CommandLine {
     // given); with --dry-run the plan is printed too, and nothing is started either way.
     std::string write_config;
     std::string job_file;
+    bool watch = false;  // ddprun status --watch
+    bool json = false;   // ddprun status --json
+    // ddprun status: the job's store was named (--rdzv_endpoint, --rdzv_id, --master_addr,
+    // or their variables); else, under Slurm, the allocation's steps are looked through.
+    bool rendezvous_given = false;
 };
 
 // args: argv[1..]. env: the process environment (DDPRUN_<NAME>, PET_<NAME>,

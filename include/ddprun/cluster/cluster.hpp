@@ -8,15 +8,18 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <expected>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ddprun/base/error.hpp"
 #include "ddprun/hang/hang_monitor.hpp"
 #include "ddprun/plan/launch_context.hpp"
 #include "ddprun/plan/rank_plan.hpp"
+#include "ddprun/records/node_status.hpp"
 #include "ddprun/records/records.hpp"
 
 namespace boost::asio {
@@ -34,6 +37,8 @@ struct RoundHandlers {
     std::function<void()> on_kill;
     // --broadcast-signals: a signal that reached another node's agent.
     std::function<void(int)> on_signal;
+    // With --hang-timeout: node 0 named a straggler, or one recovered (straggler.hpp).
+    std::function<void(Straggler)> on_straggler;
 };
 
 class Cluster {
@@ -104,6 +109,19 @@ class Cluster {
     virtual void share_progress(std::vector<RankProgress> mine, std::chrono::milliseconds /*bound*/,
                                 Progressed done);
     virtual std::vector<FailureRecord> others_outcomes() const { return {}; }
+
+    // This node's latest status (node_status.hpp), for `ddprun status` and node 0's
+    // straggler watch; the cluster publishes it at its own pace. A single node has
+    // nobody to show it to.
+    virtual void publish_status(NodeStatus /*status*/) {}
+
+    // The calls this node made on the rendezvous store, and those that failed
+    // (store_counts.hpp); nullopt without a store.
+    struct StoreCalls {
+        std::int64_t requests = 0;
+        std::int64_t errors = 0;
+    };
+    virtual std::optional<StoreCalls> store_calls() const { return std::nullopt; }
 
     // --max-no-progress-restarts: at a failed round's stop, whether this node's ranks
     // made progress; between rounds (blocking, bounded), whether any node's did, so

@@ -20,11 +20,15 @@
 #include <thread>
 #include <vector>
 
+#include "ddprun/cluster/status_publisher.hpp"
 #include "ddprun/elastic/elastic.hpp"
+#include "ddprun/records/node_status.hpp"
 #include "ddprun/rendezvous/etcd_liveness.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/rendezvous/straggler.hpp"
 #include "ddprun/store/etcd_store.hpp"
 #include "ddprun/store/store.hpp"
+#include "ddprun/store/store_counts.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -51,6 +55,8 @@ class Coordinator {
         // --nnodes=MIN:MAX: rounds are formed by the store's host (elastic.hpp).
         bool elastic = false;
         MembershipLimits limits;
+        // With progress beats (--hang-timeout): node 0 names stragglers (straggler.hpp).
+        std::optional<StragglerLimits> stragglers;
     };
 
     using JoinDone = std::function<void(std::expected<RoundMembership, Error>)>;
@@ -172,7 +178,27 @@ class Coordinator {
     void cancel_join() { m_join_cancelled = true; }
     void on_kill(std::function<void()> on_kill) { m_on_kill = std::move(on_kill); }
 
+    // Status (node_status.hpp, docs/status.md): the agent's latest record, which the
+    // heartbeat thread writes once per status_period() (at once when the record's state
+    // or exit code changed). Node 0's thread first reads the others' and names stragglers;
+    // the others then read node 0's. Each naming reaches `on_straggler` (on the loop)
+    // once on every node. Set before start_heartbeats.
+    void set_status(NodeStatus status);
+    void on_straggler(std::function<void(Straggler)> handler) {
+        m_on_straggler = std::move(handler);
+    }
+    // The calls this agent made on the store so far, and those that failed.
+    const StoreCounts& store_counts() const { return *m_counts; }
+    // One record per node per period: a fifth of the heartbeat timeout's writes at most.
+    static std::chrono::milliseconds status_period(std::chrono::milliseconds heartbeat_timeout);
+
   private:
+    // The heartbeat thread's side of the status: when it writes next, and the protocol.
+    struct StatusPublication {
+        std::chrono::steady_clock::time_point next{};
+        StatusPublisher publisher;
+    };
+    void publish_status(Store& store, StatusPublication& publication);
     // How long a thread whose store is gone (not frozen) may take to fail its call: the
     // plugin's reconnect window (1 s, which c10d counts in whole seconds) and a reply.
     // Abandoning such a thread let it post to the agent's loop after it was gone: SIGSEGV
@@ -188,7 +214,8 @@ class Coordinator {
     // Runs `handler` on the agent's loop, unless the agent abandoned this Coordinator: what
     // the handler reaches may be gone then. Every thread reaches the agent through this.
     void reach_agent(std::function<void()> handler);
-    Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store);
+    Coordinator(boost::asio::io_context& io, Options options, std::unique_ptr<Store> store,
+                std::shared_ptr<StoreCounts> counts);
     void heartbeat_loop(int node_rank, LostHandler on_lost);
     void watch_stop(int round, const StopHandler& on_stop);  // the watcher thread's body
     void stop_watcher();
@@ -207,6 +234,7 @@ class Coordinator {
 
     boost::asio::io_context& m_io;
     Options m_options;
+    std::shared_ptr<StoreCounts> m_counts;         // every clone's calls (store_counts.hpp)
     std::vector<FailureRecord> m_outcomes;         // main thread only (end_round)
     std::vector<FailureRecord> m_others_outcomes;  // main thread only (end_round)
     std::unique_ptr<Store> m_store;                // main thread only (abort, end_round)
@@ -248,6 +276,9 @@ class Coordinator {
     bool m_settled = false;    // its threads returned (settle()), main thread only
     std::mutex m_reach_mutex;  // held by reach_agent() and abandon(): no post after it
     std::function<void()> m_on_kill;
+    std::function<void(Straggler)> m_on_straggler;
+    std::optional<NodeStatus> m_status;        // set_status()'s, under m_mutex
+    std::atomic<bool> m_status_urgent{false};  // its state changed: write it now
     std::mutex m_mutex;
     std::condition_variable m_wake;
 };

@@ -154,6 +154,10 @@ struct LaunchConfig {
     // --metrics-port (metrics_server.hpp): each agent serves /metrics and /healthz there,
     // on --local_addr when given, else on every address; 0 picks a free port.
     std::optional<int> metrics_port;
+    // --straggler-fraction / --straggler-window (straggler.hpp): with --hang-timeout, node 0
+    // names a rank whose step rate stays below fraction x the median for the window; 0: off.
+    double straggler_fraction = 0.5;
+    std::chrono::milliseconds straggler_window{60000};
     // Whether the workers get DDPRUN_PROGRESS_FD: for hangs, or for progress.
     bool reads_beats() const { return hang_timeout.count() > 0 || max_no_progress_restarts > 0; }
 

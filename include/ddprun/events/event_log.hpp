@@ -23,6 +23,7 @@
 #include "ddprun/base/fd.hpp"
 #include "ddprun/plan/launch_context.hpp"
 #include "ddprun/plan/rank_plan.hpp"
+#include "ddprun/records/node_status.hpp"
 #include "ddprun/records/records.hpp"
 #include "ddprun/report/report.hpp"
 #include "ddprun/workers/worker_group.hpp"
@@ -68,6 +69,9 @@ EventFields membership_change_event(int round, std::string_view change);
 EventFields progress_event(int round, bool made_progress, int restarts_without_progress,
                            int max_no_progress_restarts);
 EventFields hang_event(int round, const FailureRecord& cause);
+// Node 0 named a straggler, or one recovered (straggler.hpp): "straggler" and
+// "straggler_recovered" carry the same fields.
+EventFields straggler_event(int round, const Straggler& straggler);
 // --health-check before joining `round`: its verdict, how it ended ("passed", "exited
 // with 1", ...), its exit code (none when killed or never started), and its last lines.
 EventFields health_check_event(int round, bool healthy, std::string_view outcome,

@@ -47,10 +47,11 @@ class HangMonitor {
     // Every rank of this node at `now`, in rank order.
     std::vector<RankProgress> progress(Clock::time_point now) const;
 
-    // How fast each rank beats (--metrics-port): its beats (lines), the time since its
-    // last, and its beats per second over the last k_rate_window (or since its first
-    // beat, once that is a second ago; none before).
+    // How fast each rank beats (--metrics-port, `ddprun status`, stragglers): its beats
+    // (lines), the time since its last, and its beats per second over the last rate
+    // window (or since its first beat, once that is a second ago; none before).
     static constexpr std::chrono::seconds k_rate_window{30};
+    void set_rate_window(Clock::duration window) { m_rate_window = window; }
     struct Rate {
         int rank = -1;
         std::int64_t beats = 0;
@@ -67,12 +68,13 @@ class HangMonitor {
         bool exited = false;
         std::int64_t beats = 0;
         std::optional<Clock::time_point> first;
-        // Beats within k_rate_window of the last one: when, and how many lines.
+        // Beats within the rate window of the last one: when, and how many lines.
         std::deque<std::pair<Clock::time_point, std::uint64_t>> recent;
     };
     bool is_hung(const Rank& rank, Clock::time_point now) const;
 
     HangLimits m_limits;
+    Clock::duration m_rate_window = k_rate_window;
     Clock::time_point m_start;
     int m_node_rank = -1;
     std::vector<Rank> m_ranks;

@@ -41,6 +41,9 @@ struct AgentSnapshot {
     std::vector<RankBeats> ranks;
     std::optional<double> rendezvous_seconds;    // the last join's
     std::optional<double> exit_barrier_seconds;  // the last exit barrier's
+    // A multi-node agent's calls on the rendezvous store, and those that failed.
+    std::optional<std::int64_t> store_requests;
+    std::optional<std::int64_t> store_errors;
 };
 
 // How a worker ended, as ddprun_worker_exits_total's `cause` says it.

@@ -1171,3 +1171,60 @@ TEST(CliFanOut, ConflictsAreOneLine) {
 
 }  // namespace
 }  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+// `ddprun status`: the job's own rendezvous options (flags, DDPRUN_/PET_ variables, a
+// scheduler's), no program; --watch and --json are its own.
+TEST(CliParses, Status) {
+    auto line = parse_command_line(
+        {"status", "--rdzv_endpoint=10.0.0.1:29400", "--rdzv_id=job", "--watch", "--json"}, {});
+    ASSERT_TRUE(line) << line.error().message;
+    EXPECT_EQ(line->action, CommandLine::Action::ShowStatus);
+    EXPECT_TRUE(line->watch);
+    EXPECT_TRUE(line->json);
+    EXPECT_EQ(line->config.rdzv_endpoint, "10.0.0.1:29400");
+    EXPECT_EQ(line->config.rdzv_id, "job");
+    line = parse_command_line(
+        {"status"}, Environment{{"PET_RDZV_ENDPOINT", "gpu01:29400"}, {"PET_RDZV_ID", "j7"}});
+    ASSERT_TRUE(line) << line.error().message;
+    EXPECT_FALSE(line->watch);
+    EXPECT_EQ(line->config.rdzv_endpoint, "gpu01:29400");
+    EXPECT_EQ(line->config.rdzv_id, "j7");
+    // A program called "status" is run as ./status.
+    line = parse_command_line({"./status"}, {});
+    ASSERT_TRUE(line);
+    EXPECT_EQ(line->action, CommandLine::Action::Run);
+}
+
+TEST(CliRejects, Status) {
+    expect_rejected({
+        {{"status", "./train"}, {}, {"ddprun status takes no program ('./train')"}},
+        {{"status", "--rdzv_backend=zk"}, {}, {"--rdzv_backend=zk"}},
+        {{"--watch", "./t"}, {}, {"--watch is for `ddprun status`"}},
+        {{"--json", "./t"}, {}, {"--json is for `ddprun status`"}},
+    });
+}
+
+// --straggler-fraction / --straggler-window: with --hang-timeout, whose beats give the rates.
+TEST(CliParses, Stragglers) {
+    auto c = parse_ok({"--hang-timeout=30", "./t"});
+    EXPECT_EQ(c.straggler_fraction, 0.5);
+    EXPECT_EQ(c.straggler_window, std::chrono::milliseconds(60000));
+    c = parse_ok(
+        {"--hang-timeout=30", "--straggler-fraction=0.25", "--straggler_window=2.5", "./t"});
+    EXPECT_EQ(c.straggler_fraction, 0.25);
+    EXPECT_EQ(c.straggler_window, std::chrono::milliseconds(2500));
+    EXPECT_EQ(parse_ok({"--hang-timeout=30", "--straggler-fraction=0", "./t"}).straggler_fraction,
+              0);
+    expect_rejected({
+        {{"--straggler-window=5", "./t"}, {}, {"--straggler-window=5", "needs --hang-timeout"}},
+        {{"--hang-timeout=9", "--straggler-fraction=1", "./t"}, {}, {"less than 1", "e.g."}},
+        {{"--hang-timeout=9", "--straggler-fraction=-0.1", "./t"}, {}, {"at least 0"}},
+        {{"--hang-timeout=9", "--straggler-window=0", "./t"}, {}, {"more than 0"}},
+    });
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -57,6 +57,8 @@ AgentSnapshot running_snapshot() {
     s.worker_exits = {{"failure", 1}, {"stopped", 7}};
     s.ranks = {{4, 10, 0.25, 2.5}, {5, 1, 3.0, std::nullopt}};
     s.rendezvous_seconds = 0.125;
+    s.store_requests = 1234;
+    s.store_errors = 2;
     return s;
 }
 
@@ -101,6 +103,8 @@ TEST(PrometheusText, SaysWhatTheAgentKnows) {
              R"(ddprun_rank_last_beat_age_seconds{rank="5"} 3)",
              R"(ddprun_rank_beats_per_second{rank="4"} 2.5)",
              "ddprun_rendezvous_seconds 0.125",
+             "ddprun_store_requests_total 1234",
+             "ddprun_store_errors_total 2",
          }) {
         EXPECT_TRUE(has_line(text, line)) << "missing: " << line << "\n" << text;
     }
@@ -114,6 +118,8 @@ TEST(PrometheusText, NoBeatingRanksNoRankFamilies) {
     s.healthy = false;
     const std::string text = prometheus_text(s);
     EXPECT_EQ(text.find("ddprun_rank_"), std::string::npos) << text;
+    // A single node has no store.
+    EXPECT_EQ(text.find("ddprun_store_"), std::string::npos) << text;
     EXPECT_TRUE(has_line(text, "ddprun_healthy 0"));
     EXPECT_TRUE(has_line(text, R"(ddprun_job_state{state="connecting"} 1)"));
 }
