@@ -66,6 +66,7 @@ SECTIONS = [
     ("l", "hosts"),
     ("m", "startup"),
     ("n", "metrics"),
+    ("o", "status"),
 ]
 
 
@@ -2372,6 +2373,31 @@ def agent_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def announced_metrics_port(proc, argv):
+    """The port an agent started with --metrics-port=0 says it serves on (its stderr)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline().decode(errors="replace")
+        if not line:
+            break
+        found = re.search(r"metrics at http://[^ ]+:(\d+)/metrics", line)
+        if found:
+            return int(found.group(1))
+    raise BenchError(f"`{' '.join(argv)}` never said where its metrics are")
+
+
+def scrape(port, path="/metrics", host="127.0.0.1"):
+    """GET `path` of an agent's metrics server over a new connection: the answer's text."""
+    with socket.create_connection((host, port), timeout=5) as conn:
+        conn.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    if not answer.startswith(b"HTTP/1.1 200"):
+        raise BenchError(f"GET {path}: {answer[:80]!r}")
+    return answer.decode(errors="replace")
+
+
 def bench_metrics(args):
     """(n): --metrics-port: what scrapes of /metrics and /healthz cost the agent, next to
     the same agent not scraped, with 8 workers beating 10 times a second."""
@@ -2385,17 +2411,7 @@ def bench_metrics(args):
                 fake_worker, "beat-background", str(METRICS_BEATS_PER_S), "wait-file", go]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         try:
-            port = None
-            deadline = time.monotonic() + 30
-            while port is None and time.monotonic() < deadline:
-                line = proc.stderr.readline().decode(errors="replace")
-                if not line:
-                    break
-                found = re.search(r"metrics at http://[^ ]+:(\d+)/metrics", line)
-                if found:
-                    port = int(found.group(1))
-            if port is None:
-                raise BenchError(f"`{' '.join(argv)}` never said where its metrics are")
+            port = announced_metrics_port(proc, argv)
             with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as children:
                 agent = int(children.read().split()[0])
             time.sleep(1.0)  # the workers started and beat
@@ -2411,14 +2427,8 @@ def bench_metrics(args):
                         time.sleep(0.05)
                         continue
                     start = time.perf_counter()
-                    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-                        conn.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
-                        answer = b""
-                        while chunk := conn.recv(65536):
-                            answer += chunk
+                    scrape(port, path)
                     latencies.append(time.perf_counter() - start)
-                    if not answer.startswith(b"HTTP/1.1 200"):
-                        raise BenchError(f"GET {path}: {answer[:80]!r}")
                 return len(latencies), agent_cpu_s(agent) - cpu, latencies
 
             _, idle_cpu, _ = window(None)
@@ -2453,6 +2463,139 @@ def bench_metrics(args):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+STATUS_WORKERS = 4  # per node
+STATUS_WINDOW_S = 20.0  # each row's measuring time: four status periods
+STATUS_PERIOD_S = 5.0  # the default heartbeat timeout's (15 s / 3)
+STATUS_SCALE_AGENTS = (2, 64, 1024)
+
+
+
+
+def store_requests(host, port):
+    found = re.search(r"\nddprun_store_requests_total (\d+)\n", scrape(port, host=host))
+    if not found:
+        raise BenchError(f"no ddprun_store_requests_total at port {port}")
+    return int(found.group(1))
+
+
+def bench_status_agents(args, fake_worker):
+    """Two real agents over c10d, the job's status records and straggler watch on (the
+    defaults, with --hang-timeout): each agent's CPU and store calls per second, alone and
+    with a `ddprun status --watch` reader and a scrape of each agent every second."""
+    rdzv_port = free_port()
+    procs, metrics, agents = [], [], []  # metrics: each agent's (host, port)
+    try:
+        for node in range(2):
+            argv = [args.ddprun, "--nnodes=2", f"--node_rank={node}", f"--nproc_per_node={STATUS_WORKERS}",
+                    f"--rdzv_endpoint=127.0.0.1:{rdzv_port}", "--rdzv_id=bench-status",
+                    f"--local_addr=127.0.0.{node + 1}", "--hang-timeout=60", "--metrics-port=0",
+                    fake_worker, "beat-background", str(METRICS_BEATS_PER_S), "sleep", "600"]
+            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                          start_new_session=True))
+        for node, proc in enumerate(procs):
+            metrics.append((f"127.0.0.{node + 1}", announced_metrics_port(proc, proc.args)))
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as children:
+                agents.append(int(children.read().split()[0]))
+        time.sleep(2 * STATUS_PERIOD_S)  # joined, workers beating, records written
+
+        def window(readers):
+            cpu = [agent_cpu_s(agent) for agent in agents]
+            calls = [store_requests(host, port) for host, port in metrics]
+            reader = None
+            if readers:
+                reader = subprocess.Popen([args.ddprun, "status", "--watch", "--json", "--rdzv_id=bench-status",
+                                           f"--rdzv_endpoint=127.0.0.1:{rdzv_port}"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True)
+            end = time.monotonic() + STATUS_WINDOW_S
+            while time.monotonic() < end:
+                time.sleep(1.0)
+                if readers:
+                    for host, port in metrics:
+                        scrape(port, host=host)
+            if reader:
+                os.killpg(reader.pid, signal.SIGKILL)
+                reader.wait()
+            calls_after = [store_requests(host, port) for host, port in metrics]
+            return ([(agent_cpu_s(agent) - before) / STATUS_WINDOW_S * 100 for agent, before in zip(agents, cpu)],
+                    [(after - before) / STATUS_WINDOW_S for after, before in zip(calls_after, calls)])
+
+        rows = []
+        for label, readers in (("no reader, no scrape", False),
+                               ("`ddprun status --watch` + /metrics of each agent every 1 s", True)):
+            cpu, calls = window(readers)
+            rows.append([label, f"{cpu[0]:.2f}", f"{cpu[1]:.2f}", f"{calls[0]:.1f}", f"{calls[1]:.1f}"])
+        print_table(
+            f"(o) status records, 2 real agents over c10d ({STATUS_WORKERS} workers each beating "
+            f"{METRICS_BEATS_PER_S}/s, --hang-timeout: stragglers watched; status period {STATUS_PERIOD_S:.0f} s), "
+            f"{STATUS_WINDOW_S:.0f} s per row; node 0's agent hosts the store, so its CPU includes serving "
+            "everyone's calls, the reader's too",
+            ["load", "node 0 agent CPU %", "node 1 agent CPU %", "node 0 store calls/s", "node 1 store calls/s"],
+            rows,
+        )
+    finally:
+        for proc in procs:  # the job's end: SIGTERM to each node's ddprun
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def bench_status_scale(args):
+    """N simulated agents' status publication over a real TCPStore (bench/status_scale):
+    store operations and CPU per status period, node 0's straggler watch and a reader's look."""
+    binary = os.path.join(os.path.dirname(args.ddprun), "bench", "status_scale")
+    if not os.access(binary, os.X_OK):
+        print(f"\n(o) status, simulated agents: skipped: no {binary} (build the status_scale target)")
+        return
+    rows = []
+    for agents in STATUS_SCALE_AGENTS:
+        out = subprocess.run([binary, str(agents), "3"], capture_output=True, text=True,
+                             timeout=COMMAND_TIMEOUT_S)
+        if out.returncode != 0:
+            raise BenchError(f"status_scale {agents}: {out.stderr.strip()}")
+        v = dict(item.split("=") for item in out.stdout.split())
+        f = {key: float(value) for key, value in v.items()}
+        publication_ops = f["ops_agents"] + f["ops_node0"]
+        ops_per_s = publication_ops / STATUS_PERIOD_S
+        reader_ops_per_s = f["ops_reader"] / 2  # a --watch reader looks every 2 s
+        store_cpu_pct = (f["store_cpu_ms"] / STATUS_PERIOD_S + f["store_reader_cpu_ms"] / 2) / 10
+        rows.append([
+            str(agents),
+            f"{f['ops_agents'] / (agents - 1):.0f}",
+            f"{f['ops_node0']:.0f}",
+            f"{f['ops_reader']:.0f}",
+            f"{ops_per_s:.0f} + {reader_ops_per_s:.0f}",
+            f"{f['agent_cpu_us']:.0f}",
+            f"{f['node0_ms']:.1f} / {f['node0_cpu_ms']:.1f}",
+            f"{f['reader_ms']:.1f} / {f['reader_cpu_ms']:.1f}",
+            f"{store_cpu_pct:.2f}",
+        ])
+    print_table(
+        "(o) status records at scale: N simulated agents (8 ranks each) over a real TCPStore (bench/status_scale), "
+        f"per status period ({STATUS_PERIOD_S:.0f} s), node 0 watching stragglers, one `ddprun status --watch` "
+        "reader (a look every 2 s)",
+        ["agents", "store ops, each agent", "store ops, node 0", "store ops, a reader's look",
+         "store ops/s (agents + reader)", "CPU us, each agent", "node 0's turn ms (wall / CPU)",
+         "a look ms (wall / CPU)", "store host CPU %"],
+        rows,
+    )
+
+
+def bench_status(args):
+    """(o): what the status records, node 0's straggler watch and `ddprun status` readers
+    cost: two real agents, then up to 1024 simulated ones."""
+    fake_worker = args.fake_worker or os.path.join(os.path.dirname(args.ddprun), "tests", "fake_worker")
+    if not os.access(fake_worker, os.X_OK):
+        print(f"\n(o) status: skipped: no {fake_worker} (build the fake_worker target, or pass --fake-worker)")
+        return
+    bench_status_agents(args, fake_worker)
+    bench_status_scale(args)
 
 
 def hang_run(argv, stamp, limit_s=COMMAND_TIMEOUT_S):
@@ -2905,6 +3048,8 @@ def main():
         bench_startup(args)
     if "metrics" in args.only:
         bench_metrics(args)
+    if "status" in args.only:
+        bench_status(args)
     print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
 
 

@@ -45,11 +45,11 @@ fi
 # example and bench/rendezvous_scale; they exist only where libtorch is
 # installed, so a build without them skips those sections instead of failing.
 if [[ -z "${DDPRUN:-}" && ( ! -e build/libddprun_store.so || ! -x build/examples/train \
-        || ! -x build/bench/rendezvous_scale ) ]] \
+        || ! -x build/bench/rendezvous_scale || ! -x build/bench/status_scale ) ]] \
     && [[ " $* " != *" --multinode off "* && " $* " != *" --multinode=off "* ]]; then
-  echo "bench: building the store plugin, examples/train and bench/rendezvous_scale" >&2
+  echo "bench: building the store plugin, examples/train, bench/rendezvous_scale and bench/status_scale" >&2
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build --target ddprun_store train rendezvous_scale -j"${JOBS:-$(nproc)}" >/dev/null \
+  cmake --build build --target ddprun_store train rendezvous_scale status_scale -j"${JOBS:-$(nproc)}" >/dev/null \
     || echo "bench: could not build them (no libtorch?); the multi-node sections will be skipped" >&2
 fi
 if [[ ! -x /usr/bin/time ]]; then

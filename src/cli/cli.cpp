@@ -309,17 +309,6 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     b.set("metrics-port", config.metrics_port, parse_port);
     resolve_verbosity(parsed, env, b, config);
 
-    b.set("straggler-fraction", config.straggler_fraction, parse_fraction);
-    double straggler_seconds = 60;
-    b.set("straggler-window", straggler_seconds,
-          [](const Setting& s) { return parse_seconds(s, false, "60"); });
-    config.straggler_window =
-        std::chrono::milliseconds(std::max<long long>(1, std::llround(straggler_seconds * 1000)));
-    for (std::string_view name : {"straggler-fraction", "straggler-window"})
-        if (b.find(name) != nullptr && config.hang_timeout.count() == 0)
-            b.fail(b.find(name)->error_hint(
-                "needs --hang-timeout (the ranks' step rates come from their progress beats)",
-                "add --hang-timeout=SECS"));
     if (scanned.status) {
         if (b.error()) return std::unexpected(*b.error());
         if (scanned.program_index)

@@ -1,4 +1,4 @@
-// The settings of supervision beyond torchrun's: hangs, restarts that make no
+// The settings of supervision beyond torchrun's: hangs, stragglers, restarts that make no
 // progress, the nodes' health checks, and what the console keeps of a big or
 // failed job (see config_builder.hpp).
 #include <fmt/format.h>
@@ -33,6 +33,16 @@ void resolve_supervision(ConfigBuilder& b, LaunchConfig& config) {
                        ->error_hint("needs --hang-timeout (the bound between beats)",
                                     "add --hang-timeout=SECS"));
     }
+    b.set("straggler-fraction", config.straggler_fraction, parse_fraction);
+    double straggler_seconds = 60;
+    b.set("straggler-window", straggler_seconds,
+          [](const Setting& s) { return parse_seconds(s, false, "60"); });
+    config.straggler_window = to_ms(straggler_seconds);
+    for (std::string_view name : {"straggler-fraction", "straggler-window"})
+        if (b.find(name) != nullptr && config.hang_timeout.count() == 0)
+            b.fail(b.find(name)->error_hint(
+                "needs --hang-timeout (the ranks' step rates come from their progress beats)",
+                "add --hang-timeout=SECS"));
     b.set("collapse-lines", config.collapse_lines, parse_switch);
     double collapse_seconds = 0.15;
     b.set("collapse-window", collapse_seconds,

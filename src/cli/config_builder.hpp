@@ -47,7 +47,8 @@ class ConfigBuilder {
     std::optional<Error> m_error;
 };
 
-// --hang-timeout, --hang-timeout-first, --max-no-progress-restarts, --progress-file,
+// --hang-timeout, --hang-timeout-first, --straggler-fraction, --straggler-window,
+// --max-no-progress-restarts, --progress-file,
 // --health-check, --health-check-timeout, --collapse-lines, --collapse-window
 // (cli_supervision.cpp).
 void resolve_supervision(ConfigBuilder& b, LaunchConfig& config);
