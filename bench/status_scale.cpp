@@ -46,7 +46,6 @@ double thread_cpu_ms() {
     return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
 }
 
-
 double wall_ms_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
@@ -129,7 +128,7 @@ int main(int argc, char** argv) {
             const double zero_ms = wall_ms_since(started);
             process_published = bench::own_cpu_ms();
             started = std::chrono::steady_clock::now();
-            auto view = read_job(*reader_store, run_id, "bench");
+            auto view = read_job(*reader_store, run_id, "bench", false);
             if (!view) throw std::runtime_error(view.error().message);
             const double reader_ms = wall_ms_since(started);
             const double reader_done = thread_cpu_ms();
@@ -140,7 +139,8 @@ int main(int argc, char** argv) {
             reader_cpu += reader_done - zero_done;
             reader_wall += reader_ms;
             store_cpu += (process_published - process_start) - (zero_done - thread_start);
-            store_reader_cpu += (bench::own_cpu_ms() - process_published) - (reader_done - zero_done);
+            store_reader_cpu +=
+                (bench::own_cpu_ms() - process_published) - (reader_done - zero_done);
             agent_ops += agent_counts->requests - ops[0];
             zero_ops += zero_counts->requests - ops[1];
             reader_ops += reader_counts->requests - ops[2];

@@ -62,11 +62,15 @@ bool accepts(const std::string& host, int port) {
     return accepted;
 }
 
-Error secret_refused(const std::string& run_id, const RecordRejected& e) {
-    return Error{fmt::format("job '{}': {}; give ddprun status the job's secret "
-                             "(--rdzv_conf secret_file=PATH or DDPRUN_RDZV_SECRET_FILE)",
-                             run_id, e.what()),
-                 exit_code::kUsage};
+Error secret_refused(const std::string& run_id, bool with_secret) {
+    return Error{
+        fmt::format("job '{}': {}; give ddprun status the job's secret (--rdzv_conf "
+                    "secret_file=PATH or DDPRUN_RDZV_SECRET_FILE)",
+                    run_id,
+                    with_secret ? "its records are not signed with the secret given (the job runs "
+                                  "with another, or none)"
+                                : "it runs with a job secret, and this reader was given none"),
+        exit_code::kUsage};
 }
 
 // The text under `key`, if there is one. A record the secret refuses throws.
@@ -90,7 +94,7 @@ void read_join(Store& store, const std::string& run_id, JobView& view) {
 }  // namespace
 
 std::expected<JobView, Error> read_job(Store& store, const std::string& run_id,
-                                       const std::string& where) {
+                                       const std::string& where, bool with_secret) {
     JobView view;
     view.run_id = run_id;
     view.where = where;
@@ -117,8 +121,8 @@ std::expected<JobView, Error> read_job(Store& store, const std::string& run_id,
         if (!view.joined.empty()) return view;
         // An elastic job forming its first round has agents, not nodes yet.
         if (store.check({elastic_key(run_id, "arrivals")})) return view;
-    } catch (const RecordRejected& e) {
-        return std::unexpected(secret_refused(run_id, e));
+    } catch (const RecordRejected&) {
+        return std::unexpected(secret_refused(run_id, with_secret));
     } catch (const StoreError& e) {
         return std::unexpected(
             Error{fmt::format("job '{}': {} stopped answering: {}", run_id, where, e.what()), 1});
@@ -180,7 +184,8 @@ int run_status(LaunchConfig config, const Environment& env, const StatusRequest&
     const bool terminal = ::isatty(STDOUT_FILENO) == 1;
     bool seen = false;
     for (;;) {
-        auto view = read_job(*client->store, config.rdzv_id, client->where);
+        auto view =
+            read_job(*client->store, config.rdzv_id, client->where, !ctx->rdzv_secret.empty());
         if (!view) {
             // A job that was there and is gone ended while it was watched.
             if (!seen || view.error().exit_code != 1) return fail(view.error());

@@ -35,11 +35,12 @@ struct JobView {
     int joining_nnodes = 0;
 };
 
-// One look. Errors: a job that is not there (exit 1: it ended and was cleaned up, or
-// never started), records this reader's secret does not open (2), a store that stops
-// answering (1).
+// One look through `store` (behind the job secret's guard; `with_secret`: this reader
+// was given one). Errors: a job that is not there (exit 1: it ended and was cleaned
+// up, or never started), records this reader's secret does not open (2), a store that
+// stops answering (1).
 std::expected<JobView, Error> read_job(Store& store, const std::string& run_id,
-                                       const std::string& where);
+                                       const std::string& where, bool with_secret);
 
 // The screen, lines ending in '\n'; `fraction` marks ranks slower than that share of
 // the median (the job's --straggler-fraction names them; this only marks).

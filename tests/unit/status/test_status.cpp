@@ -169,7 +169,7 @@ class ReadJob : public ::testing::Test {
 TEST_F(ReadJob, NodeZerosRecordAndTheOthers) {
     put(*m_store, node(0, {}));
     put(*m_store, node(2, {}));
-    auto view = read_job(*m_store, "job", "here");
+    auto view = read_job(*m_store, "job", "here", false);
     ASSERT_TRUE(view) << view.error().message;
     ASSERT_EQ(view->nodes.size(), 3u);
     EXPECT_TRUE(view->nodes[0]);
@@ -179,7 +179,7 @@ TEST_F(ReadJob, NodeZerosRecordAndTheOthers) {
 }
 
 TEST_F(ReadJob, AJobThatIsNotThereIsExit1) {
-    auto view = read_job(*m_store, "job", "the c10d store at 10.0.0.1:29400");
+    auto view = read_job(*m_store, "job", "the c10d store at 10.0.0.1:29400", false);
     ASSERT_FALSE(view);
     EXPECT_EQ(view.error().exit_code, 1);
     EXPECT_EQ(view.error().message,
@@ -187,7 +187,7 @@ TEST_F(ReadJob, AJobThatIsNotThereIsExit1) {
               "has not started, or runs under another --rdzv_id");
     // Another job's records are not this one's.
     put(*m_store, node(0, {}));
-    EXPECT_FALSE(read_job(*m_store, "other", "here"));
+    EXPECT_FALSE(read_job(*m_store, "other", "here", false));
 }
 
 TEST_F(ReadJob, RoundZeroBeingJoined) {
@@ -196,7 +196,7 @@ TEST_F(ReadJob, RoundZeroBeingJoined) {
     info.host = "gpu01";
     info.fingerprint.nnodes = 4;
     m_store->set(round_key("job", 0, "info/0"), to_json(info));
-    auto view = read_job(*m_store, "job", "here");
+    auto view = read_job(*m_store, "job", "here", false);
     ASSERT_TRUE(view) << view.error().message;
     EXPECT_EQ(view->joining_nnodes, 4);
     ASSERT_EQ(view->joined.size(), 1u);
@@ -205,7 +205,7 @@ TEST_F(ReadJob, RoundZeroBeingJoined) {
 
 TEST_F(ReadJob, AnElasticJobFormingItsFirstRound) {
     m_store->add(elastic_key("job", "arrivals"), 1);
-    auto view = read_job(*m_store, "job", "here");
+    auto view = read_job(*m_store, "job", "here", false);
     ASSERT_TRUE(view) << view.error().message;
     EXPECT_EQ(view->joining_nnodes, 0);
     EXPECT_FALSE(view->zero);
@@ -213,7 +213,7 @@ TEST_F(ReadJob, AnElasticJobFormingItsFirstRound) {
 
 TEST_F(ReadJob, AMalformedNodeZeroRecordIsOneLine) {
     m_store->set(status_key("job", 0), "{\"run_id\": \"job\"}");
-    auto view = read_job(*m_store, "job", "here");
+    auto view = read_job(*m_store, "job", "here", false);
     ASSERT_FALSE(view);
     EXPECT_EQ(view.error().exit_code, 1);
     EXPECT_THAT(view.error().message, HasSubstr("node 0's status record"));
@@ -228,13 +228,17 @@ TEST_F(ReadJob, AJobWithASecretRefusesAReaderWithoutIt) {
     put(*job, node(0, {}));
     for (const std::string& secret : {std::string(), std::string(32, 'x')}) {
         auto reader = sign_store(raw->clone(), secret);
-        auto view = read_job(*reader, "job", "here");
+        auto view = read_job(*reader, "job", "here", !secret.empty());
         ASSERT_FALSE(view);
         EXPECT_EQ(view.error().exit_code, 2);
         EXPECT_THAT(view.error().message, HasSubstr("give ddprun status the job's secret"));
+        EXPECT_THAT(view.error().message,
+                    HasSubstr(secret.empty() ? "it runs with a job secret, and this reader was "
+                                               "given none"
+                                             : "its records are not signed with the secret given"));
         EXPECT_EQ(view.error().message.find('\n'), std::string::npos);
     }
-    EXPECT_TRUE(read_job(*sign_store(raw->clone(), k_secret), "job", "here"));
+    EXPECT_TRUE(read_job(*sign_store(raw->clone(), k_secret), "job", "here", true));
 }
 
 }  // namespace
