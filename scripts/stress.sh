@@ -33,12 +33,12 @@ duration=${DURATION:-0}
 # The suites of tests/integration/test_multi_node.cpp, test_elastic.cpp, test_hosts.cpp,
 # test_lifeline.cpp, test_sshd.cpp, test_signed_rendezvous.cpp, test_event_log.cpp,
 # test_etcd.cpp, test_hang.cpp, test_reliability.cpp, test_progress.cpp, test_console.cpp,
-# test_oom.cpp, test_health.cpp and test_metrics.cpp, over both rendezvous backends (the two-agent ones are all
+# test_oom.cpp, test_health.cpp, test_metrics.cpp and test_status.cpp, over both rendezvous backends (the two-agent ones are all
 # under Reliability/ or MultiNode/).
 default_filter='MultiNode*:*Elastic*:EtcdTest.*:Reliability/*:WorkerStdio.*:Load.*:AgentFaults.*:Hang.*:FileTimer.*'
 default_filter+=':RendezvousFaults.*:*/BadInputs.*:BadLogDir.*:HostsTest.*:*Lifeline*:SshdTest.*'
 default_filter+=':Signed/*:JobSecret.*:EventLog*:Progress.*:CollapseLines.*:ReportLines.*'
-default_filter+=':CgroupVersions/OomKiller.*:HealthCheck.*:Metrics.*'
+default_filter+=':CgroupVersions/OomKiller.*:HealthCheck.*:Metrics.*:StatusC10d.*'
 tests="$build_dir/tests/ddprun_integration_tests"
 test_args=()
 if [[ -n ${SCHEDULER:-} ]]; then
