@@ -33,10 +33,12 @@ constexpr std::chrono::milliseconds k_read_timeout{3000};
 // More nodes than this are not a job's (the CLI's bound on --nnodes).
 constexpr int k_max_nodes = 1 << 16;
 
-// Whether something accepts a TCP connection at host:port within k_probe_bound: a
-// step's store, before a client is opened on it (which waits its whole timeout).
+// How long a Slurm step's store port may take to accept a probe's connection.
 constexpr int k_probe_bound_ms = 500;
 
+// Whether something accepts a TCP connection at host:port within k_probe_bound_ms: a
+// step's store, probed before a client is opened on it (which would wait its whole
+// timeout for a port nothing listens on).
 bool accepts(const std::string& host, int port) {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
