@@ -199,6 +199,31 @@ TEST_P(StatusTest, AnElasticJobInJson) {
     EXPECT_EQ(exit_codes(results), (std::vector<int>{0, 0})) << describe_all(results);
 }
 
+// An elastic job (--nnodes=2:3) through its phases: one agent waits for a second
+// (forming its first round), then both run round 0 of 2 nodes, then the job ends.
+TEST_P(StatusTest, AnElasticJobFormingThenRunning) {
+    Job elastic = job();
+    elastic.min_nnodes = 2;
+    elastic.nnodes = 3;
+    elastic.conf["last_call_timeout"] = "1";
+    const std::string done = path("done");
+    const std::vector<std::string> actions = {"ready", path("ready.{rank}"), "beat-background",
+                                              "20",    "wait-file",          done};
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_node(elastic, {-1, "127.0.0.1", {}, {}, actions}));
+    auto forming = status_until("forming its first round (elastic)");
+    auto lines = split_lines(forming.out);
+    ASSERT_EQ(lines.size(), 2u) << forming.describe();
+    EXPECT_EQ(lines[1], "state:      forming its first round (elastic)");
+    agents.push_back(start_node(elastic, {-1, "127.0.0.2", {}, {}, actions}));
+    auto running = status_until("nodes:      2 (world size 4)", 45s);
+    EXPECT_TRUE(std::regex_search(running.out, std::regex("\nstate:      running round \\d+\n")))
+        << running.describe() << stderr_of(agents);
+    write_text_file(done, "");
+    auto results = wait_nodes(agents);
+    EXPECT_EQ(exit_codes(results), (std::vector<int>{0, 0})) << describe_all(results);
+}
+
 // Nothing at the endpoint, or no such job there: one line, exit 1.
 TEST_P(StatusTest, NoSuchJobIsOneLineAndExit1) {
     auto r = status();
