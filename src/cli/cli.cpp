@@ -446,8 +446,13 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
                                                      const Environment& env, bool (*ignored)(int)) {
     using namespace cli;
     // `ddprun status`: the rest are the job's options (its rendezvous), and no program.
+    // (A launch reads `args` as they are: no copy on the start-up path.)
     const bool status = !args.empty() && args.front() == "status";
-    Scanned scanned = scan(status ? std::vector<std::string>(args.begin() + 1, args.end()) : args);
+    const std::vector<std::string> after_status =
+        status ? std::vector<std::string>(args.begin() + 1, args.end())
+               : std::vector<std::string>{};
+    const std::vector<std::string>& options = status ? after_status : args;
+    Scanned scanned = scan(options);
     scanned.status = status;
     // Not read for --help or --version, nor after a malformed flag.
     const bool asks_for_text =
@@ -490,9 +495,7 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
     std::map<std::string_view, std::string> detected;
     auto defaults = add_scheduler_values(settings, env, detected);
     if (!defaults) return std::unexpected(defaults.error());
-    auto config = build_config(
-        settings, parsed, status ? std::vector<std::string>(args.begin() + 1, args.end()) : args,
-        scanned, env);
+    auto config = build_config(settings, parsed, options, scanned, env);
     if (!config) return std::unexpected(config.error());
     if (status) {
         command_line.action = CommandLine::Action::ShowStatus;

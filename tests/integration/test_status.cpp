@@ -33,6 +33,20 @@ class StatusTest : public MultiNodeBackendTest {
         return j;
     }
 
+    // An elastic job of MIN:MAX nodes whose last call is a second.
+    Job elastic_job(int min, int max) const {
+        Job elastic = job();
+        elastic.min_nnodes = min;
+        elastic.nnodes = max;
+        elastic.conf["last_call_timeout"] = "1";
+        return elastic;
+    }
+
+    // Workers that say they are ready, beat 20 times a second, and end once `done` exists.
+    std::vector<std::string> beating_until(const std::string& done) const {
+        return {"ready", path("ready.{rank}"), "beat-background", "20", "wait-file", done};
+    }
+
     // `ddprun status` of this test's job, as a user on another machine would type it.
     RunResult status(std::vector<std::string> more = {}) {
         std::vector<std::string> args{"status", "--rdzv_id=" + m_run_id};
@@ -164,12 +178,9 @@ TEST_P(StatusTest, TheScreenThroughAJobsPhases) {
 
 // An elastic job (--nnodes=1:2): its round and both nodes, in --json.
 TEST_P(StatusTest, AnElasticJobInJson) {
-    Job elastic = job();
-    elastic.min_nnodes = 1;
-    elastic.conf["last_call_timeout"] = "1";
+    const Job elastic = elastic_job(1, 2);
     const std::string done = path("done");
-    const std::vector<std::string> actions = {"ready", path("ready.{rank}"), "beat-background",
-                                              "20",    "wait-file",          done};
+    const std::vector<std::string> actions = beating_until(done);
     std::vector<std::unique_ptr<DdprunProcess>> agents;
     agents.push_back(start_node(elastic, {-1, "127.0.0.1", {}, {}, actions}));
     agents.push_back(start_node(elastic, {-1, "127.0.0.2", {}, {}, actions}));
@@ -202,13 +213,9 @@ TEST_P(StatusTest, AnElasticJobInJson) {
 // An elastic job (--nnodes=2:3) through its phases: one agent waits for a second
 // (forming its first round), then both run round 0 of 2 nodes, then the job ends.
 TEST_P(StatusTest, AnElasticJobFormingThenRunning) {
-    Job elastic = job();
-    elastic.min_nnodes = 2;
-    elastic.nnodes = 3;
-    elastic.conf["last_call_timeout"] = "1";
+    const Job elastic = elastic_job(2, 3);
     const std::string done = path("done");
-    const std::vector<std::string> actions = {"ready", path("ready.{rank}"), "beat-background",
-                                              "20",    "wait-file",          done};
+    const std::vector<std::string> actions = beating_until(done);
     std::vector<std::unique_ptr<DdprunProcess>> agents;
     agents.push_back(start_node(elastic, {-1, "127.0.0.1", {}, {}, actions}));
     auto forming = status_until("forming its first round (elastic)");

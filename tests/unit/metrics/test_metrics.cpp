@@ -21,22 +21,12 @@
 #include "ddprun/hang/hang_monitor.hpp"
 #include "ddprun/metrics/metrics.hpp"
 #include "ddprun/metrics/metrics_server.hpp"
+#include "support/text_lines.hpp"
 
 namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> lines;
-    std::size_t start = 0;
-    while (start < text.size()) {
-        auto end = text.find('\n', start);
-        lines.push_back(text.substr(start, end - start));
-        start = end + 1;
-    }
-    return lines;
-}
 
 bool has_line(const std::string& text, const std::string& line) {
     for (const auto& l : lines_of(text))

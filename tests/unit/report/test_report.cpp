@@ -4,11 +4,11 @@
 // tested in test_error_file.cpp.)
 #include "ddprun/report/report.hpp"
 #include "ddprun/report/round_report.hpp"
+#include "support/text_lines.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,13 +46,6 @@ WorkerOutcome stopped_worker(int rank, system_clock::time_point time) {
 
 WorkerOutcome succeeded_worker(int rank, system_clock::time_point time) {
     return failed_worker(rank, 0, time);
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
 }
 
 // Index of the first line containing `needle`, or -1.

@@ -10,6 +10,7 @@
 #include "ddprun/status/status.hpp"
 #include "ddprun/store/signed_store.hpp"
 #include "support/memory_store.hpp"
+#include "support/text_lines.hpp"
 
 namespace ddprun {
 namespace {
@@ -20,16 +21,6 @@ using ::testing::HasSubstr;
 
 const std::string k_secret = "0123456789abcdef0123456789abcdef";
 
-std::vector<std::string> split_lines(const std::string& text) {
-    std::vector<std::string> lines;
-    for (std::size_t at = 0; at < text.size();) {
-        const std::size_t end = text.find('\n', at);
-        lines.push_back(text.substr(at, end - at));
-        if (end == std::string::npos) break;
-        at = end + 1;
-    }
-    return lines;
-}
 constexpr std::int64_t k_now = 1796560628000;  // 2026-12-06 12:37:08 UTC
 
 NodeStatus node(int rank, std::vector<RankStatus> ranks) {
@@ -68,7 +59,7 @@ JobView running_view() {
 
 TEST(StatusScreen, ARunningJobLineByLine) {
     const std::string screen = render_status(running_view());
-    EXPECT_THAT(split_lines(screen),
+    EXPECT_THAT(lines_of(screen),
                 ElementsAre("job 'job' (the c10d store at 10.0.0.1:29400), at 12:37:08 UTC",
                             "state:      running round 1", "restarts:   1 of 3",
                             "nodes:      3 (world size 6)", "stragglers:",
@@ -129,7 +120,7 @@ TEST(StatusScreen, JoiningRoundZero) {
     info.pid = 77;
     info.nproc = 8;
     view.joined = {info};
-    EXPECT_THAT(split_lines(render_status(view)),
+    EXPECT_THAT(lines_of(render_status(view)),
                 ElementsAre("job 'job' (etcd at 10.0.0.1:2379), at 12:37:08 UTC",
                             "state:      joining round 0: 1 of 2 nodes", "",
                             "node  host                      agent pid  nproc",
