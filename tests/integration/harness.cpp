@@ -4,6 +4,7 @@
 #include "harness.hpp"
 
 #include "support/free_port.hpp"
+#include "support/text_lines.hpp"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -520,17 +521,7 @@ bool wait_for_file(const std::string& path, Milliseconds timeout) {
 }
 
 std::vector<std::string> split_lines(std::string_view text) {
-    std::vector<std::string> lines;
-    while (!text.empty()) {
-        auto end = text.find('\n');
-        if (end == std::string_view::npos) {
-            lines.emplace_back(text);
-            break;
-        }
-        lines.emplace_back(text.substr(0, end));
-        text.remove_prefix(end + 1);
-    }
-    return lines;
+    return ddprun::lines_of(text);
 }
 
 std::optional<std::pair<int, std::string_view>> split_prefix(std::string_view line) {

@@ -44,9 +44,16 @@ class StatusTest : public MultiNodeBackendTest {
         return elastic;
     }
 
-    // Workers that say they are ready, beat 20 times a second, and end once `done` exists.
-    std::vector<std::string> beating_until(const std::string& done) const {
-        return {"ready", path("ready.{rank}"), "beat-background", "20", "wait-file", done};
+    // An agent of `elastic` on `host` whose workers say they are ready, beat 20 times a
+    // second, and end once `done` exists.
+    std::unique_ptr<DdprunProcess> start_beating(const Job& elastic, const std::string& host,
+                                                 const std::string& done) {
+        return start_node(
+            elastic, {-1,
+                      host,
+                      {},
+                      {},
+                      {"ready", path("ready.{rank}"), "beat-background", "20", "wait-file", done}});
     }
 
     // `ddprun status` of this test's job, as a user on another machine would type it.
@@ -182,10 +189,9 @@ TEST_P(StatusTest, TheScreenThroughAJobsPhases) {
 TEST_P(StatusTest, AnElasticJobInJson) {
     const Job elastic = elastic_job(1, 2);
     const std::string done = path("done");
-    const std::vector<std::string> actions = beating_until(done);
     std::vector<std::unique_ptr<DdprunProcess>> agents;
-    agents.push_back(start_node(elastic, {-1, "127.0.0.1", {}, {}, actions}));
-    agents.push_back(start_node(elastic, {-1, "127.0.0.2", {}, {}, actions}));
+    agents.push_back(start_beating(elastic, "127.0.0.1", done));
+    agents.push_back(start_beating(elastic, "127.0.0.2", done));
     nlohmann::json json;
     ASSERT_TRUE(wait_until(
         [&] {
@@ -217,14 +223,13 @@ TEST_P(StatusTest, AnElasticJobInJson) {
 TEST_P(StatusTest, AnElasticJobFormingThenRunning) {
     const Job elastic = elastic_job(2, 3);
     const std::string done = path("done");
-    const std::vector<std::string> actions = beating_until(done);
     std::vector<std::unique_ptr<DdprunProcess>> agents;
-    agents.push_back(start_node(elastic, {-1, "127.0.0.1", {}, {}, actions}));
+    agents.push_back(start_beating(elastic, "127.0.0.1", done));
     auto forming = status_until("forming its first round (elastic)");
     auto lines = split_lines(forming.out);
     ASSERT_EQ(lines.size(), 2u) << forming.describe();
     EXPECT_EQ(lines[1], "state:      forming its first round (elastic)");
-    agents.push_back(start_node(elastic, {-1, "127.0.0.2", {}, {}, actions}));
+    agents.push_back(start_beating(elastic, "127.0.0.2", done));
     auto running = status_until("nodes:      2 (world size 4)", 45s);
     EXPECT_TRUE(std::regex_search(running.out, std::regex("\nstate:      running round \\d+\n")))
         << running.describe() << stderr_of(agents);
