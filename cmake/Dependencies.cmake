@@ -44,13 +44,15 @@ find_package(CLI11 2.1 REQUIRED)
 find_package(OpenSSL REQUIRED)
 
 # fmt and spdlog without their shared libraries (see Boost above). Debian's
-# spdlog::spdlog_header_only would still link the shared fmt.
+# spdlog::spdlog_header_only would still link the shared fmt. spdlog is used in
+# its compiled mode, its implementation built once into libddprun
+# (src/base/spdlog_compiled.cpp) rather than in every file that logs.
 add_library(ddprun_fmt INTERFACE)
 target_link_libraries(ddprun_fmt INTERFACE fmt::fmt-header-only)
 add_library(ddprun_spdlog INTERFACE)
 get_target_property(spdlog_includes spdlog::spdlog INTERFACE_INCLUDE_DIRECTORIES)
 target_include_directories(ddprun_spdlog SYSTEM INTERFACE ${spdlog_includes})
-target_compile_definitions(ddprun_spdlog INTERFACE SPDLOG_FMT_EXTERNAL)
+target_compile_definitions(ddprun_spdlog INTERFACE SPDLOG_FMT_EXTERNAL SPDLOG_COMPILED_LIB)
 target_link_libraries(ddprun_spdlog INTERFACE ddprun_fmt Threads::Threads)
 
 if(DDPRUN_BUILD_TESTS)

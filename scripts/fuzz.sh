@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan) and runs
 # each for a bounded time, starting from the seeds in tests/fuzz/corpus/<target>/
-# and the saved crashes in tests/fuzz/regressions/<target>/. Why a script: CI
-# runs it after the tests (scripts/test.sh), and a developer reproduces a CI
-# failure with the same command.
+# and the saved crashes in tests/fuzz/regressions/<target>/. Run by hand: CI
+# (scripts/test.sh) replays the corpora and regressions through the normal
+# build (ctest -L fuzz), and this finds new inputs.
 #
 #   bash scripts/fuzz.sh                      # every target, 20 s each
 #   FUZZ_SECONDS=300 bash scripts/fuzz.sh cli # one target, longer
@@ -29,8 +29,10 @@ if ! command -v "$cxx" >/dev/null; then
   exit 1
 fi
 
+# Through ccache, as the other builds (scripts/ccache-env.sh).
+source scripts/ccache-env.sh
 # Only the library and the fuzz targets: no tests, benchmarks or libtorch plugin.
-CXX=$cxx cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+CXX=$cxx cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${ccache_cmake_args[@]}" \
   -DDDPRUN_BUILD_FUZZERS=ON -DDDPRUN_BUILD_TESTS=OFF -DDDPRUN_BUILD_BENCH=OFF \
   -DDDPRUN_WITH_TORCH=OFF >/dev/null
 cmake --build "$build_dir" -j"$jobs" --target "${targets[@]/#/fuzz_}"

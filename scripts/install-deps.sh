@@ -8,8 +8,8 @@
 set -euo pipefail
 
 packages=(
-  # build
-  build-essential cmake clang-format
+  # build; ccache keeps compiled objects between runs of scripts/test.sh
+  build-essential cmake clang-format ccache
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   # Boost.Process v2 (the workers' launcher) first ships in 1.80; Debian 12's
   # default Boost is 1.74, so its 1.81 (Asio and Beast come with it)

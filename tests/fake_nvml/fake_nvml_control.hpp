@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "support/build_paths.hpp"
+
 namespace ddprun::test {
 
 // Sets (or unsets) an environment variable for one test.
@@ -40,7 +42,8 @@ class ScopedEnv {
 // counters can be read afterwards.
 class FakeNvml {
   public:
-    FakeNvml() : m_handle(::dlopen(FAKE_NVML_LIBRARY, RTLD_NOW | RTLD_LOCAL)) {}
+    FakeNvml()
+        : m_handle(::dlopen(ddprun_test::build_paths::fake_nvml_library, RTLD_NOW | RTLD_LOCAL)) {}
     ~FakeNvml() {
         if (m_handle != nullptr) ::dlclose(m_handle);
     }

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/build_paths.hpp"
 #include "targets.hpp"
 
 namespace ddprun_fuzz {
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 std::vector<fs::path> inputs_of(std::string_view target) {
     std::vector<fs::path> files;
     for (const char* kind : {"corpus", "regressions"}) {
-        fs::path dir = fs::path(FUZZ_DIR) / kind / target;
+        fs::path dir = fs::path(ddprun_test::build_paths::fuzz_dir) / kind / target;
         std::error_code error;
         for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
             if (it->is_regular_file() && it->path().filename() != ".gitkeep")
@@ -51,8 +52,9 @@ class FuzzRegressions : public ::testing::TestWithParam<ddprun_fuzz::Target> {};
 TEST_P(FuzzRegressions, EverySavedInputKeepsTheParsersPromises) {
     const auto& target = GetParam();
     auto files = inputs_of(target.name);
-    // The seeds are part of the repository: an empty list means a wrong FUZZ_DIR.
-    ASSERT_FALSE(files.empty()) << "no inputs under " << FUZZ_DIR << "/corpus/" << target.name;
+    // The seeds are part of the repository: an empty list means a wrong fuzz_dir.
+    ASSERT_FALSE(files.empty()) << "no inputs under " << ddprun_test::build_paths::fuzz_dir
+                                << "/corpus/" << target.name;
     for (const auto& file : files) {
         EXPECT_EQ(target.check(read_bytes(file)), "") << file;
     }

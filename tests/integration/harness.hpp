@@ -22,6 +22,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/build_paths.hpp"
+
 namespace ddprun_it {
 
 using namespace std::chrono_literals;
@@ -33,9 +35,9 @@ constexpr Milliseconds k_hang_guard = 60s;
 // How long processes left behind by a SIGKILLed ddprun may take to go away.
 constexpr Milliseconds k_orphan_grace = 10s;
 
-inline const std::string k_ddprun = DDPRUN_BINARY;
-inline const std::string k_fake_worker = FAKE_WORKER;
-inline const std::string k_examples_dir = EXAMPLES_DIR;
+inline const std::string k_ddprun = ddprun_test::build_paths::ddprun_binary;
+inline const std::string k_fake_worker = ddprun_test::build_paths::fake_worker;
+inline const std::string k_examples_dir = ddprun_test::build_paths::examples_dir;
 inline const std::string k_python = "/usr/bin/python3";
 
 struct RunOptions {

@@ -24,6 +24,7 @@
 #include "ddprun/store/etcd_store.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
+#include "support/build_paths.hpp"
 #include "support/etcd_server.hpp"
 
 namespace ddprun_it {
@@ -182,14 +183,12 @@ class ElasticTest : public MultiNodeTest {
             ddprun::open_etcd_store(options)->set(key, value);
             return;
         }
-#ifdef STORE_CLIENT
+        const std::string store_client = ddprun_test::build_paths::store_client;
+        if (store_client.empty()) GTEST_SKIP() << "built without libtorch: no store client";
         const std::string log = m_dir + "/store_client.log";
         const std::string command = fmt::format("{} 127.0.0.1 {} set '{}' '{}' >{} 2>&1",
-                                                STORE_CLIENT, m_port, key, value, log);
+                                                store_client, m_port, key, value, log);
         ASSERT_EQ(std::system(command.c_str()), 0) << read_text_file(log);
-#else
-        GTEST_SKIP() << "built without libtorch: no store client";
-#endif
     }
 
     // Stops every agent still running (SIGTERM to each: the job ends as a scheduler's

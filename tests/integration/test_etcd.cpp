@@ -27,6 +27,7 @@
 #include "ddprun/store/etcd_client.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
+#include "support/build_paths.hpp"
 #include "support/etcd_server.hpp"
 
 namespace ddprun_it {
@@ -191,7 +192,8 @@ TEST_F(EtcdTest, BadEndpointsAndBackendsAreOneLine) {
 // The real example jobs over etcd: the C++ libtorch trainer (the PyTorch DDP one,
 // examples/ddp_train.py, is MultiNodePython.DdpTrainAcrossTwoAgents/etcd).
 TEST_F(EtcdTest, TheExampleDdpJobsRunOverEtcd) {
-    const std::string cpp_example = std::string(EXAMPLES_BIN_DIR) + "/train";
+    const std::string cpp_example =
+        std::string(ddprun_test::build_paths::examples_bin_dir) + "/train";
     struct Example {
         std::string name;
         std::vector<std::string> program;

@@ -23,6 +23,7 @@
 
 #include "harness.hpp"
 #include "multi_node.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun_it {
 namespace {
@@ -38,7 +39,7 @@ struct Schema {
 
 Schema read_schema() {
     Schema schema;
-    std::ifstream in(EVENTS_DOC);
+    std::ifstream in(ddprun_test::build_paths::events_doc);
     std::map<std::string, std::string>* table = nullptr;
     const std::regex marker(R"(<!-- schema: (event|object) (\w+) -->)");
     const std::regex row(R"(^\| `(\w+)` \| ([a-z ]+) \|)");
@@ -168,7 +169,7 @@ TEST(EventLogSchema, TheDocumentHasEveryTable) {
           "exit_barrier", "restart", "progress", "health_check", "membership_change", "job_end"})
         EXPECT_FALSE(schema.events[event].empty()) << event;
     // Every example line of the document fits its own tables; every event has one.
-    std::ifstream in(EVENTS_DOC);
+    std::ifstream in(ddprun_test::build_paths::events_doc);
     std::set<std::string> shown;
     for (std::string line; std::getline(in, line);) {
         if (!line.starts_with("    {\"time\"")) continue;

@@ -13,6 +13,7 @@
 
 #include "harness.hpp"
 #include "slurm_cluster.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun_it {
 namespace {
@@ -72,7 +73,7 @@ class MpiTest : public IntegrationTest {
         return text;
     }
 
-    inline static const std::string k_rsh_local = MPI_RSH_LOCAL;
+    inline static const std::string k_rsh_local = ddprun_test::build_paths::mpi_rsh_local;
     std::string m_mpirun;
 };
 

@@ -53,6 +53,7 @@
 
 #include "backend.hpp"
 #include "harness.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun_it {
 namespace {
@@ -64,11 +65,7 @@ constexpr int k_rendezvous_exit = 75;
 // for something it should not wait for fails the test instead of stalling it.
 constexpr Milliseconds k_node_guard = 30s;
 
-#ifdef STORE_CLIENT
-const std::string k_store_client = STORE_CLIENT;
-#else
-const std::string k_store_client;
-#endif
+const std::string k_store_client = ddprun_test::build_paths::store_client;
 
 // --- output helpers -------------------------------------------------------------
 

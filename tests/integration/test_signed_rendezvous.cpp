@@ -21,15 +21,12 @@
 #include "ddprun/store/etcd_store.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun_it {
 namespace {
 
-#ifdef STORE_CLIENT
-const std::string k_store_client = STORE_CLIENT;
-#else
-const std::string k_store_client;
-#endif
+const std::string k_store_client = ddprun_test::build_paths::store_client;
 
 // 32 bytes; another secret of the same length.
 const std::string k_secret = "0123456789abcdef0123456789abcdef";

@@ -19,6 +19,7 @@
 
 #include "ddprun/base/elf_dependencies.hpp"
 #include "harness.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun_it {
 namespace {
@@ -88,7 +89,9 @@ TEST_F(SingleNodeBasics, VersionPrintsNameAndVersion) {
     // file itself: what a mismatch with the loaded libtorch comes down to.
     EXPECT_TRUE(lines[3].starts_with("store plugin built against: libtorch ")) << lines[3];
     const std::string plugin =
-        (std::filesystem::path(DDPRUN_BINARY).parent_path() / "libddprun_openssl.so").string();
+        (std::filesystem::path(ddprun_test::build_paths::ddprun_binary).parent_path() /
+         "libddprun_openssl.so")
+            .string();
     EXPECT_EQ(lines[4], "openssl plugin: " + plugin) << r.describe();
     EXPECT_TRUE(lines[5].starts_with("OpenSSL: /")) << lines[5];
     EXPECT_NE(lines[5].find("libcrypto.so"), std::string::npos) << lines[5];
@@ -99,12 +102,13 @@ TEST_F(SingleNodeBasics, VersionPrintsNameAndVersion) {
 // binary links no OpenSSL, whose libcrypto alone took 1.7 ms to load; the
 // plugin does, and is loaded by etcd jobs and job secrets only.
 TEST_F(SingleNodeBasics, TheBinaryLinksNoOpenSsl) {
-    auto dependencies = ddprun::read_elf_dependencies(DDPRUN_BINARY);
+    auto dependencies = ddprun::read_elf_dependencies(ddprun_test::build_paths::ddprun_binary);
     ASSERT_TRUE(dependencies) << dependencies.error();
     for (const auto& name : dependencies->needed) {
         EXPECT_FALSE(name.starts_with("libssl") || name.starts_with("libcrypto")) << name;
     }
-    EXPECT_FALSE(dependencies->needed.empty()) << "read no DT_NEEDED of " << DDPRUN_BINARY;
+    EXPECT_FALSE(dependencies->needed.empty())
+        << "read no DT_NEEDED of " << ddprun_test::build_paths::ddprun_binary;
 }
 
 // --- worker environment -------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun_it {
 namespace {
@@ -65,7 +66,8 @@ TEST_F(TorchEnvironment, WorkersGetWhatTorchrunOfTheSameTorchGives) {
         GTEST_SKIP() << "torch " << version->first << "." << version->second
                      << ": ddprun follows torchrun 2.x's environment (TORCH_NCCL_*, "
                         "TORCHELASTIC_SIGNALS_TO_HANDLE), which this torchrun predates";
-    const std::string compat = std::string(BENCH_DIR) + "/torchrun_compat.py";
+    const std::string compat =
+        std::string(ddprun_test::build_paths::bench_dir) + "/torchrun_compat.py";
     const std::string port = std::to_string(free_port());
     auto worker = [&](const std::string& launcher) {
         return std::vector<std::string>{"--nproc_per_node=2",
@@ -124,7 +126,8 @@ TEST_F(TorchEnvironment, WorkersGetWhatTorchrunOfTheSameTorchGives) {
         // torchrun_compat.py's, not torchrun's: the fix for torch 2.6's store clients
         // (bench/torchrun_site/sitecustomize.py, which a Python worker never sees).
         if (auto site = theirs.find("PYTHONPATH");
-            site != theirs.end() && site->second == std::string(BENCH_DIR) + "/torchrun_site")
+            site != theirs.end() &&
+            site->second == std::string(ddprun_test::build_paths::bench_dir) + "/torchrun_site")
             theirs.erase(site);
         for (const auto& [name, value] : theirs) {
             auto found = ours.find(name);

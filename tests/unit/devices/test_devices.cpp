@@ -8,6 +8,7 @@
 
 #include "../fake_nvml/fake_nvml_control.hpp"
 #include "ddprun/devices/devices.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun {
 namespace {
@@ -83,7 +84,7 @@ class DevicesProc : public testing::Test {
     // /proc only: NVML is not tried.
     DeviceSources proc_only() const { return {m_root.string(), "", false}; }
     DeviceSources with_fake_nvml(bool locate_inherited = false) const {
-        return {m_root.string(), FAKE_NVML_LIBRARY, locate_inherited};
+        return {m_root.string(), ddprun_test::build_paths::fake_nvml_library, locate_inherited};
     }
     fs::path m_root;
 };

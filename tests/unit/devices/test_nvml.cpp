@@ -6,6 +6,7 @@
 
 #include "../fake_nvml/fake_nvml_control.hpp"
 #include "ddprun/devices/nvml.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun {
 namespace {
@@ -25,14 +26,14 @@ TEST(Nvml, LibraryWithoutNvmlMeansNoAnswer) {
 TEST(Nvml, FailedInitMeansNoAnswer) {
     ScopedEnv fail("FAKE_NVML_INIT_FAIL", "1");
     ScopedEnv gpus("FAKE_NVML_GPUS", "GPU-aaa@00000000:3B:00.0");
-    EXPECT_EQ(query_nvml(FAKE_NVML_LIBRARY), std::nullopt);
+    EXPECT_EQ(query_nvml(ddprun_test::build_paths::fake_nvml_library), std::nullopt);
 }
 
 TEST(Nvml, ReportsUuidsAndNormalizedBusIds) {
     ScopedEnv fail("FAKE_NVML_INIT_FAIL", nullptr);
     ScopedEnv gpus("FAKE_NVML_GPUS",
                    "GPU-8f2a0c11-aaaa@00000000:3B:00.0,GPU-1c3d0e22-bbbb@00000000:5E:00.0");
-    auto found = query_nvml(FAKE_NVML_LIBRARY);
+    auto found = query_nvml(ddprun_test::build_paths::fake_nvml_library);
     ASSERT_TRUE(found);
     ASSERT_EQ(found->size(), 2u);
     EXPECT_EQ((*found)[0].index, 0);
@@ -46,7 +47,7 @@ TEST(Nvml, ReportsUuidsAndNormalizedBusIds) {
 TEST(Nvml, NoGpusIsAnAnswer) {
     ScopedEnv fail("FAKE_NVML_INIT_FAIL", nullptr);
     ScopedEnv gpus("FAKE_NVML_GPUS", "");
-    auto found = query_nvml(FAKE_NVML_LIBRARY);
+    auto found = query_nvml(ddprun_test::build_paths::fake_nvml_library);
     ASSERT_TRUE(found);
     EXPECT_TRUE(found->empty());
 }
@@ -54,7 +55,7 @@ TEST(Nvml, NoGpusIsAnAnswer) {
 TEST(Nvml, GpuThatCannotBeOpenedKeepsItsIndex) {
     ScopedEnv fail("FAKE_NVML_INIT_FAIL", nullptr);
     ScopedEnv gpus("FAKE_NVML_GPUS", "GPU-a@00000000:18:00.0,!,GPU-c@00000000:86:00.0");
-    auto found = query_nvml(FAKE_NVML_LIBRARY);
+    auto found = query_nvml(ddprun_test::build_paths::fake_nvml_library);
     ASSERT_TRUE(found);
     ASSERT_EQ(found->size(), 3u);
     EXPECT_EQ((*found)[1].index, 1);
@@ -71,8 +72,8 @@ TEST(Nvml, EveryInitIsShutDown) {
     ScopedEnv fail("FAKE_NVML_INIT_FAIL", nullptr);
     ScopedEnv gpus("FAKE_NVML_GPUS", "GPU-a@0000:18:00.0");
     int calls = fake.counter("fake_nvml_init_calls");
-    ASSERT_TRUE(query_nvml(FAKE_NVML_LIBRARY));
-    ASSERT_TRUE(query_nvml(FAKE_NVML_LIBRARY));
+    ASSERT_TRUE(query_nvml(ddprun_test::build_paths::fake_nvml_library));
+    ASSERT_TRUE(query_nvml(ddprun_test::build_paths::fake_nvml_library));
     EXPECT_EQ(fake.counter("fake_nvml_init_calls"), calls + 2);
     EXPECT_EQ(fake.counter("fake_nvml_active"), 0);
 }

@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "ddprun/base/fd.hpp"
+#include "support/build_paths.hpp"
 #include "workers/worker_fixture.hpp"
 
 namespace ddprun {
@@ -207,7 +208,7 @@ class Child {
         posix_spawn_file_actions_t actions;
         posix_spawn_file_actions_init(&actions);
         posix_spawn_file_actions_adddup2(&actions, write_end.get(), 1);
-        args.insert(args.begin(), FAKE_WORKER);
+        args.insert(args.begin(), ddprun_test::build_paths::fake_worker);
         std::vector<char*> argv;
         for (auto& arg : args) argv.push_back(arg.data());
         argv.push_back(nullptr);
@@ -224,8 +225,8 @@ class Child {
         posix_spawnattr_setsigmask(&attributes, &none);
         posix_spawnattr_setsigdefault(&attributes, &all);
         posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-        const int spawned =
-            posix_spawn(&m_pid, FAKE_WORKER, &actions, &attributes, argv.data(), envp.data());
+        const int spawned = posix_spawn(&m_pid, ddprun_test::build_paths::fake_worker, &actions,
+                                        &attributes, argv.data(), envp.data());
         posix_spawnattr_destroy(&attributes);
         if (spawned != 0) throw std::runtime_error("posix_spawn");
         posix_spawn_file_actions_destroy(&actions);

@@ -9,12 +9,14 @@
 #include <string>
 
 #include "ddprun/hang/stacks.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun {
 namespace {
 
 std::string recorded(const std::string& name) {
-    std::ifstream in(std::string(STACKS_DATA_DIR) + "/" + name, std::ios::binary);
+    std::ifstream in(std::string(ddprun_test::build_paths::stacks_data_dir) + "/" + name,
+                     std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();
     if (text.str().empty()) ADD_FAILURE() << "missing test data " << name;

@@ -13,6 +13,7 @@
 #include "ddprun/base/signals.hpp"
 #include "ddprun/plan/launch_context.hpp"
 #include "ddprun/workers/worker_group.hpp"
+#include "support/build_paths.hpp"
 
 namespace ddprun::testing {
 
@@ -79,13 +80,13 @@ inline LaunchContext fake_worker_context(const std::filesystem::path& scratch, i
                                          std::vector<std::string> args) {
     LaunchContext ctx;
     ctx.config.nproc_per_node = {NprocKind::Count, nproc};
-    ctx.config.program = FAKE_WORKER;
+    ctx.config.program = ddprun_test::build_paths::fake_worker;
     ctx.config.args = std::move(args);
     ctx.config.stop_signals = {SIGTERM, SIGINT};
     ctx.config.forward_signals = {SIGUSR1, SIGUSR2};
     ctx.config.shutdown_timeout = std::chrono::seconds(30);
     ctx.nproc = nproc;
-    ctx.executable = FAKE_WORKER;
+    ctx.executable = ddprun_test::build_paths::fake_worker;
     ctx.scratch_dir = scratch.string();
     ctx.host = "testhost";
     ctx.env = {{"PATH", "/usr/bin:/bin"}};
