@@ -6,7 +6,11 @@
 # root's beside it. CCACHE_BASEDIR makes the clone's absolute paths relative,
 # and cmake/CompilerCache.cmake maps it out of the debug information, so two
 # checkouts hash alike. ccache's checks are its defaults: a changed header or
-# flag still recompiles. Sets ccache_cmake_args for the configure step.
+# flag still recompiles. Sets ccache_cmake_args for the configure step, and
+# ccache_hits: a line of hits and misses from `ccache --print-stats` on stdin.
+ccache_hits() {
+  awk -F'\t' '$1 ~ /^(direct|preprocessed)_cache_hit$|^cache_miss$/ {printf "%s %s ", $1, $2}'
+}
 ccache_cmake_args=()
 if command -v ccache >/dev/null; then
   if [[ -n ${DDPRUN_CCACHE_DIR:-} ]]; then

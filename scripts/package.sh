@@ -10,8 +10,7 @@
 # working ddprun.
 #
 #   bash scripts/package.sh                   # builds in build-pkg/, writes dist/ddprun_*.deb
-#   BUILD_DIR=build BUILD_TYPE=Release BUILD_FLAGS="-O2 -DNDEBUG" bash scripts/package.sh
-#                                             # reuse a build, its type and flags (scripts/test.sh does)
+#   BUILD_DIR=build bash scripts/package.sh   # reuse a build as configured (scripts/test.sh does)
 #   OUT_DIR=/tmp/out JOBS=1 bash scripts/package.sh
 set -euo pipefail
 
@@ -27,8 +26,9 @@ bash scripts/install-deps.sh
 # CMAKE_SKIP_INSTALL_ALL_DEPENDENCY: cpack installs without first building
 # every target (the tests and benchmarks are not packaged); the ones packaged
 # are built just below.
-build_type_args=(-DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}")
-[[ -z ${BUILD_FLAGS:-} ]] || build_type_args+=("-DCMAKE_CXX_FLAGS_${BUILD_TYPE^^}=$BUILD_FLAGS")
+# A build directory already configured keeps its build type and flags.
+build_type_args=()
+[[ -f $build_dir/CMakeCache.txt ]] || build_type_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
 cmake -S . -B "$build_dir" "${build_type_args[@]}" -DDDPRUN_WERROR=ON \
   -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >/dev/null
 targets=(ddprun ddprun_openssl docs)

@@ -250,6 +250,7 @@ say "$(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_root g++ --
   "torch $(in_root /usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
 
 jobs=${JOBS:-$(nproc)}
+source scripts/ccache-env.sh # for ccache_hits; the root's ccache has its own settings
 # -O2, as the Debian 12 build (and so the same warnings), without the debug
 # information that nothing reads here: a sixth of each file's compile time.
 in_root cmake -S /ddprun/src -B /ddprun/build -DCMAKE_BUILD_TYPE=Release \
@@ -262,7 +263,7 @@ in_root cmake --build /ddprun/build -j"$jobs" >"$roots/$platform.build.log" 2>&1
   grep -E 'error|warning' "$roots/$platform.build.log" | head -20 >&2
   fail "the build failed: see $roots/$platform.build.log"
 }
-say "ccache: $(in_root ccache --print-stats | awk -F'\t' '$1 ~ /^(direct|preprocessed)_cache_hit$|^cache_miss$/ {printf "%s %s ", $1, $2}')"
+say "ccache: $(in_root ccache --print-stats | ccache_hits)"
 ((build_only == 0)) || exit 0
 
 # The tests labelled platform, or with --full every unit and integration test;

@@ -75,7 +75,7 @@ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=
   -DDDPRUN_WERROR=ON \
   "${ccache_cmake_args[@]}"
 cmake --build "$build_dir" -j"$jobs"
-echo "test.sh: ccache: $(ccache --print-stats | awk -F'\t' '$1 ~ /^(direct|preprocessed)_cache_hit$|^cache_miss$/ {printf "%s %s ", $1, $2}')"
+echo "test.sh: ccache: $(ccache --print-stats | ccache_hits)"
 
 begin ctest
 # Each test has its own TIMEOUT in CMake; this bounds the run as a whole, so a
@@ -109,6 +109,7 @@ if ((EUID == 0)); then
   wait "$sid_build" || sid_build_status=$?
   sid_build=
   cat "$sid_build_log"
+  rm -f "$sid_build_log"
   if ((sid_build_status != 0)); then
     echo "test.sh: the sid root or build failed (exit $sid_build_status)" >&2
     false
@@ -138,7 +139,7 @@ begin package
 # /usr/bin/ddprun, and removed (scripts/package-check.sh). Root only: it
 # installs into the system.
 if ((EUID == 0)); then
-  BUILD_DIR="$build_dir" BUILD_TYPE=Release BUILD_FLAGS="-O2 -DNDEBUG" JOBS="$jobs" OUT_DIR="$build_dir/dist" bash scripts/package.sh
+  BUILD_DIR="$build_dir" JOBS="$jobs" OUT_DIR="$build_dir/dist" bash scripts/package.sh
   deb=$(find "$build_dir/dist" -maxdepth 1 -name 'ddprun_*.deb' | sort | tail -1)
   timeout --kill-after=30 600 bash scripts/package-check.sh "$deb"
 else

@@ -4,7 +4,7 @@
 // absolute path on a compiler's command line makes every file that sees it a
 // different compilation in each checkout, so a fresh clone could not reuse
 // ccache's objects (scripts/test.sh). Empty where the build has no such thing
-// (store_client and the store plugin without libtorch).
+// (store_client without libtorch).
 #pragma once
 
 namespace ddprun_test::build_paths {
@@ -13,7 +13,6 @@ extern const char ddprun_binary[];
 extern const char fake_worker[];
 extern const char fake_nvml_library[];
 extern const char store_client[];
-extern const char store_plugin[];
 extern const char examples_dir[];
 extern const char examples_bin_dir[];
 extern const char bench_dir[];
