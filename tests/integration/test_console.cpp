@@ -3,10 +3,12 @@
 // --report-lines copies a failed rank's matching stderr lines into the summary,
 // however far above the tail they were, on the node where it failed and on
 // every other node.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -99,6 +101,19 @@ TEST_P(ReportLinesTwoNodes, TheLineTravelsWithTheFailure) {
 
 class CollapseLines : public IntegrationTest {};
 
+// The ranks of a group prefix's runs ("0-3,5").
+std::vector<int> ranks_of(const std::string& runs_text) {
+    std::vector<int> ranks;
+    std::istringstream runs(runs_text);
+    for (std::string run; std::getline(runs, run, ',');) {
+        const auto dash = run.find('-');
+        const int first = std::stoi(run.substr(0, dash));
+        const int last = dash == std::string::npos ? first : std::stoi(run.substr(dash + 1));
+        for (int rank = first; rank <= last; ++rank) ranks.push_back(rank);
+    }
+    return ranks;
+}
+
 // Eight ranks print the same two lines, rank 2 one of its own between them; the
 // window (10 s, the most, so that a loaded machine's scheduling cannot split a
 // group; the job's end shows what is held anyway) is far longer than the ranks
@@ -158,14 +173,7 @@ TEST_F(CollapseLines, AFloodLosesAndReordersNothing) {
         const auto close = line.find("]: ");
         ASSERT_TRUE(line.starts_with("[") && close != std::string::npos) << line;
         const int number = std::stoi(line.substr(close + 3));
-        std::vector<int> ranks;
-        std::istringstream runs(line.substr(1, close - 1));
-        for (std::string run; std::getline(runs, run, ',');) {
-            const auto dash = run.find('-');
-            const int first = std::stoi(run.substr(0, dash));
-            const int last = dash == std::string::npos ? first : std::stoi(run.substr(dash + 1));
-            for (int rank = first; rank <= last; ++rank) ranks.push_back(rank);
-        }
+        const std::vector<int> ranks = ranks_of(line.substr(1, close - 1));
         if (ranks.size() > 1) ++merged;
         for (int rank : ranks) {
             ASSERT_TRUE(rank >= 0 && rank < 8) << line;
@@ -177,6 +185,102 @@ TEST_F(CollapseLines, AFloodLosesAndReordersNothing) {
     for (int rank = 0; rank < 8; ++rank) EXPECT_EQ(next[static_cast<std::size_t>(rank)], 100001);
     EXPECT_GT(merged, 0u) << "no line was shown once for several ranks";
     std::cout << "[          ] " << merged << " merged lines\n";
+}
+
+// A Python worker that prints on a wall-clock grid shared by the ranks: after
+// the go file gives T0, pass p's line i at T0 + p * 2.5 s + i * 0.05 s, 40 lines
+// a pass; it writes when each line really went into the pipe to times.RANK.
+constexpr const char* k_grid_worker = R"(
+import os, sys, time
+rank, where, passes = os.environ["RANK"], sys.argv[1], int(sys.argv[2])
+open(f"{where}/ready.{rank}", "w").close()
+while not os.path.exists(f"{where}/go"):
+    time.sleep(0.005)
+t0 = float(open(f"{where}/go").read())
+times = []
+for p in range(passes):
+    for i in range(40):
+        time.sleep(max(0.0, t0 + p * 2.5 + i * 0.05 - time.time()))
+        sys.stdout.write(f"pass {p} epoch {i} loss 0.25\n")
+        sys.stdout.flush()
+        times.append(f"pass {p} epoch {i} loss 0.25 {time.time()}")
+open(f"{where}/times.{rank}", "w").write("\n".join(times) + "\n")
+)";
+
+// Eight ranks print each line within milliseconds of each other, a line every
+// 50 ms, three times the default window's 150 ms: whenever the previous group
+// went out, a line every rank printed well inside the window is one group.
+// 30 passes of 40 lines, as three jobs of ten (one Python start-up each);
+// a line some rank printed more than 75 ms after another is not judged.
+TEST_F(CollapseLines, LinesPrintedWithinTheWindowAreOneGroup) {
+    constexpr int k_jobs = 3, k_passes = 10, k_ranks = 8;
+    std::vector<std::unique_ptr<DdprunProcess>> jobs;
+    for (int j = 0; j < k_jobs; ++j) {
+        const std::string where = path(fmt::format("job{}", j));
+        std::filesystem::create_directories(where);
+        jobs.push_back(start({"--nproc_per_node=8", "--collapse-lines", k_python, "-c",
+                              k_grid_worker, where, std::to_string(k_passes)}));
+    }
+    ASSERT_TRUE(wait_until(
+        [&] {
+            for (int j = 0; j < k_jobs; ++j)
+                for (int rank = 0; rank < k_ranks; ++rank)
+                    if (!std::filesystem::exists(path(fmt::format("job{}/ready.{}", j, rank))))
+                        return false;
+            return true;
+        },
+        60s));
+    const double t0 =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch() + 300ms)
+            .count();
+    for (int j = 0; j < k_jobs; ++j) {
+        const std::string go = path(fmt::format("job{}/go", j));
+        { std::ofstream(go + ".new") << fmt::format("{:.6f}", t0); }
+        std::filesystem::rename(go + ".new", go);
+    }
+    std::size_t judged = 0, split = 0;
+    for (int j = 0; j < k_jobs; ++j) {
+        auto r = jobs[static_cast<std::size_t>(j)]->wait();
+        ASSERT_EQ(r.exit_code, 0) << r.describe();
+        // Each text: the groups it was shown in, and when each rank printed it.
+        std::map<std::string, std::vector<std::vector<int>>> shown;
+        std::istringstream lines(r.out);
+        for (std::string line; std::getline(lines, line);) {
+            const auto close = line.find("]: ");
+            ASSERT_TRUE(line.starts_with("[") && close != std::string::npos) << line;
+            shown[line.substr(close + 3)].push_back(ranks_of(line.substr(1, close - 1)));
+        }
+        std::map<std::string, std::vector<double>> printed;
+        for (int rank = 0; rank < k_ranks; ++rank) {
+            std::ifstream times(path(fmt::format("job{}/times.{}", j, rank)));
+            for (std::string line; std::getline(times, line);) {
+                const auto space = line.rfind(' ');
+                printed[line.substr(0, space)].push_back(std::stod(line.substr(space + 1)));
+            }
+        }
+        ASSERT_EQ(shown.size(), std::size_t{40 * k_passes}) << r.describe();
+        for (const auto& [text, groups] : shown) {
+            std::vector<int> ranks;
+            for (const auto& group : groups) ranks.insert(ranks.end(), group.begin(), group.end());
+            std::sort(ranks.begin(), ranks.end());
+            EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7})) << text;
+            const auto& at = printed[text];
+            ASSERT_EQ(at.size(), std::size_t{k_ranks}) << text;
+            if (*std::max_element(at.begin(), at.end()) - *std::min_element(at.begin(), at.end()) >
+                0.075)
+                continue;
+            ++judged;
+            if (groups.size() > 1) {
+                ++split;
+                ADD_FAILURE() << "job " << j << ": '" << text << "' shown in " << groups.size()
+                              << " groups though every rank printed it within 75 ms";
+            }
+        }
+    }
+    std::cout << "[          ] " << judged << " of " << 40 * k_passes * k_jobs << " lines judged, "
+              << split << " split\n";
+    // Most lines are judged, or the machine was too loaded to tell anything.
+    EXPECT_GE(judged, std::size_t{40 * k_passes * k_jobs / 2});
 }
 
 TEST_F(CollapseLines, TheWindowNeedsTheSwitchAndABound) {
