@@ -61,8 +61,12 @@ void set_up_child(const ChildSetup& setup, pid_t parent) noexcept {
     // leaks into the child. The launcher then closes what lies above its whitelist
     // (0, 1, 2 and keep_fd); marking everything first covers the fds between them,
     // which Boost 1.81's close_all leaves open.
+    // The kept fd is moved after the standard streams, whose sources it may replace.
+    const int kept = setup.keep_fd >= 0 && setup.keep_fd_as >= 0 ? setup.keep_fd_as : setup.keep_fd;
+    if (kept != setup.keep_fd && ::dup2(setup.keep_fd, kept) < 0)
+        step_failed(setup, "dup2 of the fd it keeps");
     if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) step_failed(setup, "close_range");
-    if (setup.keep_fd >= 0 && ::fcntl(setup.keep_fd, F_SETFD, 0) != 0)
+    if (kept >= 0 && ::fcntl(kept, F_SETFD, 0) != 0)
         step_failed(setup, "fcntl(F_SETFD) of the fd it keeps");
     // The parent's stack tool (eu-stack, gdb: a child of the agent, not an ancestor
     // of the worker) must be let attach where Yama's ptrace_scope is 1. Without Yama
@@ -111,7 +115,8 @@ std::expected<pid_t, std::error_code> launch_process(const std::string& executab
     boost::asio::io_context context;
     bp::posix::vfork_launcher launcher;
     launcher.env = envp;
-    if (setup.keep_fd >= 0) launcher.fd_whitelist.push_back(setup.keep_fd);
+    if (setup.keep_fd >= 0)
+        launcher.fd_whitelist.push_back(setup.keep_fd_as >= 0 ? setup.keep_fd_as : setup.keep_fd);
     bp::error_code error;
     try {
         auto process =

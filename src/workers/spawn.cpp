@@ -56,6 +56,7 @@ std::expected<pid_t, Error> spawn_worker(const WorkerSpec& spec, const std::stri
     setup.out = stdio.out;
     setup.err = stdio.err;
     setup.keep_fd = stdio.progress;
+    setup.keep_fd_as = k_worker_progress_fd;
     setup.allow_parent_ptrace = stdio.progress >= 0;  // hang detection's stack tool
     setup.last_step = bind_worker;
     setup.last_step_arg = &spec.binding;

@@ -179,7 +179,7 @@ Status WorkerGroup::Impl::spawn_all() {
             if (!channel) return std::unexpected(channel.error());
             w.progress = std::move(*channel);
             stdio.progress = w.progress->worker_fd();
-            w.spec.env.emplace_back(k_progress_fd_env, std::to_string(stdio.progress));
+            w.spec.env.emplace_back(k_progress_fd_env, std::to_string(k_worker_progress_fd));
         }
         auto pid = spawn_worker(w.spec, ctx.executable, ctx.env, stdio);
         if (w.progress) w.progress->close_worker_end();

@@ -106,6 +106,28 @@ TEST_F(Hang, APythonWorkersStackIsItsMainThreadsWhateverThreadsItHas) {
 }
 
 // A worker that never writes to the fd is not watched: it runs to its end.
+// A shell worker beats the way docs/hangs.md shows, under Debian's /bin/sh
+// (dash, which names only fds 0-9 in >&N): rank 1 beats three times and stops,
+// rank 0 beats on, and the hang names rank 1 by the label its shell wrote last.
+TEST_F(Hang, AShellWorkerBeatsWithEcho) {
+    const std::string beat = R"(echo "step $i" >&"$DDPRUN_PROGRESS_FD")";
+    const std::string script =
+        "case $DDPRUN_PROGRESS_FD in [3-9]) ;; *) echo \"not one digit: $DDPRUN_PROGRESS_FD\"; "
+        "exit 9;; esac\n"
+        "i=0\nwhile [ $i -lt 600 ]; do i=$((i + 1)); " +
+        beat +
+        " || exit 8; sleep 0.1\n"
+        "  if [ $RANK = 1 ] && [ $i = 3 ]; then exec sleep 120; fi\ndone\n";
+    auto r =
+        run({"--nproc_per_node=2", "--hang-timeout=1", "--no_python", "/bin/sh", "-c", script});
+    EXPECT_EQ(r.exit_code, 124) << r.describe();
+    EXPECT_EQ(own_lines_with(r.err, {"hang: rank 1 (node 0) stopped making progress first",
+                                     "last beat 'step 3'"})
+                  .size(),
+              1u)
+        << r.describe();
+}
+
 TEST_F(Hang, AWorkerThatNeverBeatsIsNotWatched) {
     auto r = run(job({"--nproc_per_node=2", "--hang-timeout=0.3"}, {"sleep", "1.5"}));
     EXPECT_EQ(r.exit_code, 0) << r.describe();

@@ -17,7 +17,8 @@ namespace ddprun {
 // What the child does before it execs, in this order: leads its own process
 // group; gets SIGKILL when the thread that started it ends (and exits at once
 // if that already happened); takes `in`, `out`, `err` as its standard streams;
-// runs `last_step`; closes every other fd but `keep_fd` (at its number);
+// runs `last_step`; closes every other fd but `keep_fd`, which it keeps as
+// `keep_fd_as` (-1: at its own number);
 // lets its parent ptrace it; starts with no signal blocked and SIGPIPE at its
 // default. A step that fails writes "ddprun: cannot start WHAT: STEP failed"
 // to the child's stderr and exits 70: the caller sees a child that ended.
@@ -27,6 +28,7 @@ struct ChildSetup {
     int out = 1;
     int err = 2;
     int keep_fd = -1;
+    int keep_fd_as = -1;
     bool own_group = true;
     bool allow_parent_ptrace = false;  // PR_SET_PTRACER (Yama's ptrace_scope 1)
     // Called in the child (system calls only): 0, or non-zero to fail with

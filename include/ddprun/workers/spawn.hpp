@@ -23,8 +23,13 @@ struct WorkerStdio {
     int in = -1;
     int out = -1;
     int err = -1;
-    int progress = -1;  // kept open (at its number) in the worker: DDPRUN_PROGRESS_FD
+    int progress = -1;  // kept open in the worker as k_worker_progress_fd
 };
+
+// DDPRUN_PROGRESS_FD in every worker: one digit, the most a POSIX shell names in
+// `>&N` (dash takes no more), above the 3, 4, ... a program or a script's own
+// `exec 3>` takes first, and not flock(1)'s example's 9.
+inline constexpr int k_worker_progress_fd = 8;
 
 // Starts `spec` executing `executable` (the resolved argv[0]) with `base_env`
 // plus spec.env. Must be called from the agent's main thread: the kernel
