@@ -320,6 +320,10 @@ int Agent::run() {
     }
 }
 
+int Agent::Impl::restart_count() const {
+    return (last_round ? last_round->restart_count : 0) + (restart_decided ? 1 : 0);
+}
+
 int Agent::Impl::run_rounds() {
     const int max_restarts = ctx.config.max_restarts;
     for (round = 0;; ++round) {
@@ -332,6 +336,7 @@ int Agent::Impl::run_rounds() {
         // An elastic job's leader numbers the rounds.
         round = info->round;
         last_round = *info;
+        restart_decided = false;
         ++rounds_run;
         events.set_node_rank(node_rank);
         events.write("round", [&] { return round_event(*info); });
@@ -375,7 +380,7 @@ int Agent::Impl::run_rounds() {
                                                    restarts_without_progress,
                                                    ctx.config.max_no_progress_restarts)
                                      : std::string());
-                    ++restarts_used;
+                    restart_decided = true;
                     events.write("restart", [&] {
                         return restart_event(round, info->restart_count + 1, max_restarts, reason);
                     });

@@ -53,7 +53,7 @@ void Agent::Impl::log_round_stop() {
 
 int Agent::Impl::job_end(int exit_code) {
     events.write("job_end",
-                 [&] { return job_end_event(exit_code, rounds_run, restarts_used, stop_event); });
+                 [&] { return job_end_event(exit_code, rounds_run, restart_count(), stop_event); });
     return exit_code;
 }
 

@@ -20,7 +20,7 @@ std::optional<int> Agent::Impl::check_health() {
     const LaunchConfig& config = ctx.config;
     if (config.health_check.empty()) return std::nullopt;
     NodePlan plan = node_plan(ctx);
-    plan.restart_count = restarts_used;
+    plan.restart_count = restart_count();
     // The node's rank where it is known before the join: the previous round's in a
     // fixed-size job, or given (--node_rank, a scheduler); an elastic job's leader numbers
     // the nodes anew for each round. Its ranks where the other nodes' sizes are known.

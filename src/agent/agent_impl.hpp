@@ -92,14 +92,20 @@ struct Agent::Impl {
     // as a run's handlers may still be queued on the loop after it ended.
     HealthCheck health_check{io, ctx.config.health_check, ctx.config.health_check_timeout};
     std::optional<RoundInfo> last_round;  // the round joined last: the node's ranks
-    std::optional<int> check_health();    // an exit code where this node stays out
-    std::string describe_node() const;    // "node 1 (gpu02)", or the host before a rank
+    // This round's failure restarts the job: the next round's count is one more.
+    bool restart_decided = false;
+    // Restarts after failures so far, job-wide, the one count every output gives
+    // (/metrics, the status record, the event log, the health check): the round
+    // record's (RoundInfo::restart_count, the workers' TORCHELASTIC_RESTART_COUNT), and
+    // one more from a restart decided here until the next round's record says it.
+    int restart_count() const;
+    std::optional<int> check_health();  // an exit code where this node stays out
+    std::string describe_node() const;  // "node 1 (gpu02)", or the host before a rank
 
     // --event-log (agent_events.cpp, event_log.hpp): off without it, and then nothing
     // below is filled and each log_* returns at once.
     EventLog events;
     int rounds_run = 0;
-    int restarts_used = 0;
     std::map<pid_t, std::chrono::steady_clock::time_point> started_at;  // this round's workers
     std::optional<std::chrono::steady_clock::time_point> barrier_entered;
     void log_job_start();  // opens the log first

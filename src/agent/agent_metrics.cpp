@@ -80,7 +80,7 @@ AgentSnapshot Agent::Impl::snapshot() {
                 : stop_event->message;
     }
     s.round = round;
-    s.restarts = restarts_used;
+    s.restarts = restart_count();
     s.workers = ctx.nproc;
     s.workers_alive = static_cast<int>(workers.running());
     s.worker_exits = exits_by_cause;

@@ -63,7 +63,7 @@ NodeStatus Agent::Impl::node_status() {
     if (!last_round || node_rank < 0) return status;
     const std::vector<int>& nproc = last_round->nproc_per_node;
     const int nnodes = static_cast<int>(nproc.size());
-    status.restarts = last_round->restart_count;
+    status.restarts = restart_count();
     if (node_rank < nnodes) {
         status.first_rank = rank_offset(nproc, node_rank);
         status.nproc = nproc[static_cast<std::size_t>(node_rank)];

@@ -199,6 +199,7 @@ std::string status_json(const JobView& view, double fraction) {
              {"addr", node->addr},
              {"pid", node->pid},
              {"round", node->round},
+             {"restarts", node->restarts},
              {"state", node->state},
              {"first_rank", node->first_rank},
              {"nproc", node->nproc},

@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -518,6 +519,37 @@ bool wait_until(const std::function<bool()>& condition, Milliseconds timeout) {
 
 bool wait_for_file(const std::string& path, Milliseconds timeout) {
     return wait_until([&] { return std::filesystem::exists(path); }, timeout);
+}
+
+int announced_metrics_port(DdprunProcess& agent) {
+    if (!agent.wait_for_output("/metrics, health at /healthz", 20s, true)) return -1;
+    std::smatch match;
+    const std::string err = agent.err_so_far();
+    static const std::regex line(R"(metrics at http://[^ ]+:(\d+)/metrics)");
+    if (!std::regex_search(err, match, line)) return -1;
+    return std::stoi(match[1]);
+}
+
+HttpAnswer http_get(const std::string& host, int port, const std::string& path) {
+    const std::string curl = "/usr/bin/curl";
+    RunOptions options;
+    options.program = curl;
+    options.timeout = 20s;
+    auto r = run_command({curl, "-s", "--max-time", "10", "-w", "\n%{http_code}",
+                          fmt::format("http://{}:{}{}", host, port, path)},
+                         options);
+    HttpAnswer answer;
+    auto last = r.out.rfind('\n');
+    if (last == std::string::npos) return answer;
+    answer.body = r.out.substr(0, last);
+    answer.status = std::atoi(r.out.c_str() + last + 1);
+    return answer;
+}
+
+bool has_sample(const std::string& text, const std::string& sample) {
+    for (const auto& line : split_lines(text))
+        if (line == sample) return true;
+    return false;
 }
 
 std::vector<std::string> split_lines(std::string_view text) {

@@ -169,6 +169,18 @@ RunResult run_command(const std::vector<std::string>& argv, RunOptions options =
 // Results in the order given.
 std::vector<RunResult> wait_all(const std::vector<DdprunProcess*>& processes);
 
+// --metrics-port: the port an agent said it serves on ("metrics at
+// http://ADDR:PORT/metrics"), -1 if it did not within 20 s.
+int announced_metrics_port(DdprunProcess& agent);
+// A GET through curl (/usr/bin/curl): the status code (0: no answer) and the body.
+struct HttpAnswer {
+    int status = 0;
+    std::string body;
+};
+HttpAnswer http_get(const std::string& host, int port, const std::string& path);
+// Whether a Prometheus text has `sample` ("name{labels} value") as a line of its own.
+bool has_sample(const std::string& text, const std::string& sample);
+
 // Bounded polls; true when the condition held before the timeout.
 bool wait_until(const std::function<bool()>& condition, Milliseconds timeout);
 bool wait_for_file(const std::string& path, Milliseconds timeout);

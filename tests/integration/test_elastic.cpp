@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "ddprun/store/etcd_client.hpp"
 #include "ddprun/store/etcd_store.hpp"
@@ -563,6 +564,77 @@ TEST_P(ElasticBackendTest, MembershipChangesUseNoRestartButAWorkerFailureDoes) {
     // Restart 1's workers exit 0 at once: the job finishes on every node.
     auto r = wait_nodes(agents);
     EXPECT_EQ(exit_codes(r), (std::vector<int>{0, 0, 0})) << describe_all(r);
+}
+
+// A node that joins after two restarts counts them as every node does: its
+// workers' TORCHELASTIC_RESTART_COUNT, its /metrics, its status record (ddprun
+// status --json, every node's) and its event log all say 2, though it restarted
+// nothing itself.
+TEST_P(ElasticBackendTest, ANodeThatJoinsLateCountsTheRestartsBeforeIt) {
+    Job job = elastic_job(1, 3);
+    job.flags.push_back("--max_restarts=3");
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    agents.push_back(start_at(job, 1));
+    agents.push_back(start_at(job, 2));
+    ASSERT_TRUE(wait_round(0, 2, agents));
+    for (int round = 1; round <= 2; ++round) {  // rank 1's worker dies twice
+        auto workers = recorded_workers();
+        ASSERT_FALSE(workers[1].empty());
+        ::kill(workers[1].back(), SIGKILL);
+        ASSERT_TRUE(wait_round(round, 2, agents));
+    }
+    const std::string log = m_dir + "/late.jsonl";
+    Node late = node(job, 3);
+    late.flags.push_back("--metrics-port=0");
+    late.flags.push_back("--event-log=" + log);
+    agents.push_back(start_node(job, late));
+    ASSERT_TRUE(wait_round(3, 3, agents));
+    auto started = rounds();
+    for (const Start& start : started[3])
+        EXPECT_EQ(start.restart, 2) << "rank " << start.rank << "'s TORCHELASTIC_RESTART_COUNT";
+
+    const int port = announced_metrics_port(*agents[2]);
+    ASSERT_GT(port, 0) << agents[2]->err_so_far();
+    HttpAnswer metrics;
+    EXPECT_TRUE(wait_until(
+        [&] {
+            metrics = http_get("127.0.0.3", port, "/metrics");
+            return has_sample(metrics.body, "ddprun_round 3");
+        },
+        20s))
+        << metrics.body;
+    EXPECT_TRUE(has_sample(metrics.body, "ddprun_restarts_total 2")) << metrics.body;
+
+    std::vector<std::string> args{"status", "--rdzv_id=" + m_run_id, "--json"};
+    for (const auto& flag : rendezvous_flags(etcd(), m_port)) args.push_back(flag);
+    RunOptions quick;
+    quick.timeout = 30s;
+    nlohmann::json status;
+    EXPECT_TRUE(wait_until(
+        [&] {
+            auto look = run(args, quick);
+            status = nlohmann::json::parse(look.out, nullptr, false);
+            if (look.exit_code != 0 || !status.is_object() || !status.contains("nodes") ||
+                status["nodes"].size() != 3)
+                return false;
+            for (const auto& node : status["nodes"])
+                if (node.value("round", -1) != 3) return false;
+            return true;
+        },
+        30s))
+        << status.dump();
+    EXPECT_EQ(status.value("restarts", -1), 2) << status.dump();
+    for (const auto& node : status["nodes"])
+        EXPECT_EQ(node.value("restarts", -1), 2) << node.dump();
+
+    auto r = stop_all(agents);
+    EXPECT_EQ(exit_codes(r), (std::vector<int>{143, 143, 143})) << describe_all(r);
+    const std::string events = read_text_file(log);
+    EXPECT_TRUE(contains(events, R"("event":"round")") &&
+                contains(events, R"("round":3,"restart_count":2)"))
+        << events;
+    EXPECT_TRUE(contains(events, R"("event":"job_end")") && contains(events, R"("restarts":2)"))
+        << events;
 }
 
 TEST_P(ElasticBackendTest, ANewcomerToAFinishingJobExitsZeroSayingSo) {

@@ -38,42 +38,6 @@ class Metrics : public MultiNodeTest {
             if (!std::filesystem::exists(tool))
                 GTEST_SKIP() << tool << " is not installed (scripts/install-deps.sh installs it)";
     }
-
-    // The port an agent said it serves on ("metrics at http://ADDR:PORT/metrics").
-    static int announced_port(DdprunProcess& agent) {
-        if (!agent.wait_for_output("/metrics, health at /healthz", 20s, true)) return -1;
-        std::smatch match;
-        const std::string err = agent.err_so_far();
-        static const std::regex line(R"(metrics at http://[^ ]+:(\d+)/metrics)");
-        if (!std::regex_search(err, match, line)) return -1;
-        return std::stoi(match[1]);
-    }
-
-    // curl's answer: the body, then the status code on its own line.
-    struct Answer {
-        int status = 0;
-        std::string body;
-    };
-    static Answer get(const std::string& host, int port, const std::string& path) {
-        RunOptions options;
-        options.program = k_curl;
-        options.timeout = 20s;
-        auto r = run_command({k_curl, "-s", "--max-time", "10", "-w", "\n%{http_code}",
-                              fmt::format("http://{}:{}{}", host, port, path)},
-                             options);
-        Answer answer;
-        auto last = r.out.rfind('\n');
-        if (last == std::string::npos) return answer;
-        answer.body = r.out.substr(0, last);
-        answer.status = std::atoi(r.out.c_str() + last + 1);
-        return answer;
-    }
-
-    static bool has_sample(const std::string& text, const std::string& sample) {
-        for (const auto& line : split_lines(text))
-            if (line == sample) return true;
-        return false;
-    }
 };
 
 // One node, two workers that beat: /healthz is 200 while the job runs and 503 once it
@@ -87,18 +51,18 @@ TEST_F(Metrics, HealthAndMetricsThroughAJobsPhases) {
                         "--shutdown_timeout=300", k_fake_worker, "trap", "SIGTERM", "ready",
                         path("ready.{rank}"), "beat-background", "20", "wait-file", go, "if-rank",
                         "1", "exit", "3", "wait-file", release});
-    const int port = announced_port(*agent);
+    const int port = announced_metrics_port(*agent);
     ASSERT_GT(port, 0) << agent->err_so_far();
     ASSERT_TRUE(wait_for_file(path("ready.0"), 30s) && wait_for_file(path("ready.1"), 30s))
         << agent->err_so_far();
 
-    auto health = get("127.0.0.1", port, "/healthz");
+    auto health = http_get("127.0.0.1", port, "/healthz");
     EXPECT_EQ(health.status, 200) << health.body;
     EXPECT_EQ(health.body, "ok\n");
-    Answer metrics;
+    HttpAnswer metrics;
     ASSERT_TRUE(wait_until(
         [&] {
-            metrics = get("127.0.0.1", port, "/metrics");
+            metrics = http_get("127.0.0.1", port, "/metrics");
             return contains(metrics.body, "ddprun_rank_beats_per_second{rank=\"1\"}");
         },
         20s))
@@ -115,11 +79,12 @@ TEST_F(Metrics, HealthAndMetricsThroughAJobsPhases) {
     EXPECT_EQ(check.exit_code, 0) << check.out << check.err << metrics.body;
 
     write_text_file(go, "");
-    ASSERT_TRUE(wait_until([&] { return get("127.0.0.1", port, "/healthz").status == 503; }, 20s))
+    ASSERT_TRUE(
+        wait_until([&] { return http_get("127.0.0.1", port, "/healthz").status == 503; }, 20s))
         << agent->err_so_far();
-    health = get("127.0.0.1", port, "/healthz");
+    health = http_get("127.0.0.1", port, "/healthz");
     EXPECT_EQ(health.body, "unhealthy: rank 1 failed; the round stops\n");
-    metrics = get("127.0.0.1", port, "/metrics");
+    metrics = http_get("127.0.0.1", port, "/metrics");
     for (const char* sample :
          {R"(ddprun_job_state{state="stopping"} 1)", "ddprun_healthy 0", "ddprun_workers_alive 1",
           R"(ddprun_worker_exits_total{cause="failure"} 1)"})
@@ -143,7 +108,7 @@ TEST_F(Metrics, BadClientsAndTenThousandConnectionsLeaveTheJobAlone) {
     const std::string go = path("go");
     auto agent = start({"--nproc_per_node=2", "--metrics-port=0", k_fake_worker, "ready",
                         path("ready.{rank}"), "wait-file", go, "print", "3"});
-    const int port = announced_port(*agent);
+    const int port = announced_metrics_port(*agent);
     ASSERT_GT(port, 0) << agent->err_so_far();
     ASSERT_TRUE(wait_for_file(path("ready.0"), 30s) && wait_for_file(path("ready.1"), 30s));
 
@@ -175,7 +140,8 @@ TEST_F(Metrics, BadClientsAndTenThousandConnectionsLeaveTheJobAlone) {
     EXPECT_TRUE(agent->running()) << agent->err_so_far();
     for (int fd : flood) ::close(fd);
     ::setrlimit(RLIMIT_NOFILE, &saved);
-    EXPECT_TRUE(wait_until([&] { return get("127.0.0.1", port, "/healthz").status == 200; }, 20s));
+    EXPECT_TRUE(
+        wait_until([&] { return http_get("127.0.0.1", port, "/healthz").status == 200; }, 20s));
 
     write_text_file(go, "");
     auto r = agent->wait();
@@ -240,7 +206,8 @@ TEST_F(Metrics, ARealPrometheusScrapesTwoAgents) {
     nlohmann::json result;
     const bool scraped = wait_until(
         [&] {
-            auto answer = get("127.0.0.1", web_port, "/api/v1/query?query=ddprun_workers_alive");
+            auto answer =
+                http_get("127.0.0.1", web_port, "/api/v1/query?query=ddprun_workers_alive");
             if (answer.status != 200) return false;
             auto json = nlohmann::json::parse(answer.body, nullptr, false);
             if (json.is_discarded()) return false;
@@ -260,7 +227,7 @@ TEST_F(Metrics, ARealPrometheusScrapesTwoAgents) {
                                                 fmt::format("127.0.0.2:{}", metrics_port)}));
     // A multi-node agent counts its calls on the store; a healthy job's never failed.
     for (const std::string host : {"127.0.0.1", "127.0.0.2"}) {
-        const std::string text = get(host, metrics_port, "/metrics").body;
+        const std::string text = http_get(host, metrics_port, "/metrics").body;
         std::smatch requests;
         ASSERT_TRUE(std::regex_search(text, requests,
                                       std::regex(R"(\nddprun_store_requests_total (\d+)\n)")))
