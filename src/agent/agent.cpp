@@ -17,6 +17,7 @@
 #include "agent_impl.hpp"
 #include "ddprun/base/clock.hpp"
 #include "ddprun/base/logging.hpp"
+#include "ddprun/base/scratch_dir.hpp"
 #include "ddprun/base/signals.hpp"
 #include "ddprun/report/round_report.hpp"
 
@@ -206,6 +207,10 @@ void Agent::Impl::on_child_exit(pid_t pid, int status) {
         begin_stop(SIGTERM);
         publish_failure(failure_record(*outcome));
     }
+    // Stopped by a signal, the job ends with this round: once its workers are reaped
+    // (their error files read), the scratch directory goes, before the round's end waits
+    // on the store (see run_rounds).
+    if (workers.running() == 0 && stop_signal != 0) remove_scratch_dir(ctx.scratch_dir);
     // This node is done; the cluster decides when the round is (the exit barrier).
     if (workers.running() == 0 && phase == Phase::Running) {
         log_barrier_entered();  // first: a single node's cluster answers with the stop at once
@@ -330,6 +335,7 @@ int Agent::Impl::run_rounds() {
         const std::optional<int> unhealthy = check_health();
         std::expected<RoundInfo, int> info = unhealthy ? std::unexpected(*unhealthy) : join();
         if (!info) {
+            remove_scratch_dir(ctx.scratch_dir);  // no worker runs: see below
             cluster->end_round(stop_signal == SIGKILL);
             return info.error();
         }
@@ -345,6 +351,12 @@ int Agent::Impl::run_rounds() {
         // Decided before end_round: the store's host may leave after it.
         const bool restarting =
             result.kind == RoundResult::Kind::Failed && restarts_left && !stops_for_no_progress();
+        // The job's last round: its workers are reaped and their error files read, so
+        // the scratch directory goes now. What follows talks to the store, and with a
+        // peer's store gone or frozen it can outlast a scheduler's grace (Slurm's KillWait,
+        // then SIGKILL to the agent and the supervisor alike), which would leave it behind.
+        if (result.kind != RoundResult::Kind::Reformed && !restarting)
+            remove_scratch_dir(ctx.scratch_dir);
         if (result.kind == RoundResult::Kind::Failed && !restarting && shared_console()) {
             std::vector<FailureRecord> failed;
             for (const auto& worker : workers.outcomes())

@@ -69,6 +69,7 @@ std::expected<std::string, Error> make_scratch_dir(const std::string& base) {
 }
 
 void remove_scratch_dir(const std::string& dir) {
+    if (dir.empty()) return;  // none was made (or it is gone already)
     const std::string gone = dir + std::string(k_gone);
     std::error_code ec;
     if (::rename(dir.c_str(), gone.c_str()) != 0 && errno != ENOENT) fs::remove_all(dir, ec);

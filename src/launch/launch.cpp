@@ -231,7 +231,8 @@ int run_launch(LaunchContext context) {
     const std::string scratch = context.scratch_dir;
     auto remove_scratch = [&scratch] { remove_scratch_dir(scratch); };
     // Both processes remove the scratch dir: the agent outlives a SIGKILLed supervisor, the
-    // supervisor outlives a SIGKILLed agent.
+    // supervisor outlives a SIGKILLed agent. The agent removes it once its last round is
+    // over too (Agent::run), before its teardown; this is for every other way out.
     return supervise(
         [&] {
             int code = Agent(std::move(context)).run();

@@ -130,12 +130,14 @@ int supervise(const std::function<int()>& agent_main, const std::vector<int>& fo
                     system_error(fmt::format("sigqueue({}, {})", agent, signal_name(sig))).message);
         }
     }
+    // The agent is gone, and with it whatever read the job's files: the cleanup first,
+    // so that the sweep's wait cannot leave them to a SIGKILL.
+    if (cleanup) cleanup();
     auto left = sweep_children(k_sweep_bound);
     if (!left)
         spdlog::error("{}", left.error().message);
     else if (*left > 0)
         spdlog::error("{} process(es) of the job did not die after SIGKILL", *left);
-    if (cleanup) cleanup();
     return code;
 }
 

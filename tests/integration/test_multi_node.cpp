@@ -591,6 +591,56 @@ TEST_P(MultiNodeSignals, BroadcastSignalsPassesSigusr1ToEveryNode) {
     }
 }
 
+// Node 1 is stopped (SIGTERM) while node 0, and the c10d store it hosts, is
+// frozen: node 1's round cannot end until its store calls give up (about 18 s),
+// but its scratch directory goes as soon as its workers saved and were reaped,
+// so the SIGKILL that Slurm sends after KillWait leaves nothing in $TMPDIR.
+class MultiNodeScratch : public MultiNodeTest {};
+
+TEST_F(MultiNodeScratch, AStoppedNodesScratchDirectoryGoesWithItsWorkers) {
+    Job job;
+    std::vector<std::unique_ptr<DdprunProcess>> agents;
+    std::vector<std::string> tmp;
+    for (int node = 0; node < 2; ++node) {
+        tmp.push_back(fmt::format("{}/tmp{}", m_dir, node));
+        std::filesystem::create_directories(tmp.back());
+        RunOptions options;
+        options.env = {{"TMPDIR", tmp.back()}};
+        agents.push_back(start_node(job,
+                                    {.node_rank = node,
+                                     .addr = fmt::format("127.0.0.{}", node + 1),
+                                     .actions = {"save-marker", m_dir + "/saved.{rank}", "ready",
+                                                 m_dir + "/ready.{rank}", "save-on-term", "1"}},
+                                    options));
+    }
+    wait_ready(4, agents);
+    if (HasFatalFailure()) return;
+    auto entries = [](const std::string& dir) {
+        std::vector<std::string> names;
+        for (const auto& entry : std::filesystem::directory_iterator(dir))
+            names.push_back(entry.path().filename().string());
+        return names;
+    };
+    ASSERT_EQ(entries(tmp[1]).size(), 1u) << "one scratch directory while the job runs";
+    const pid_t frozen_agent = agent_of(*agents[0]);
+    ASSERT_GT(frozen_agent, 0);
+    ::kill(frozen_agent, SIGSTOP);
+    ::kill(agents[0]->pid(), SIGSTOP);
+    agents[1]->send_signal(SIGTERM);
+    EXPECT_TRUE(wait_for_file(m_dir + "/saved.2", 10s) && wait_for_file(m_dir + "/saved.3", 10s));
+    EXPECT_TRUE(wait_until([&] { return entries(tmp[1]).empty(); }, 10s))
+        << "node 1's scratch directory outlived its workers: "
+        << fmt::format("{}", fmt::join(entries(tmp[1]), " "));
+    EXPECT_TRUE(agents[1]->running()) << "node 1's round ended without its store";
+    // As slurmstepd does after KillWait: node 1's agent and supervisor at once.
+    if (const pid_t agent = agent_of(*agents[1]); agent > 0) ::kill(agent, SIGKILL);
+    agents[1]->send_signal(SIGKILL);
+    EXPECT_TRUE(agents[1]->wait_exit_for(10s));
+    EXPECT_TRUE(entries(tmp[1]).empty());
+    kill_node(*agents[0]);  // frozen: it would wait out node 1's heartbeat timeout
+    wait_nodes(agents);
+}
+
 // --- liveness -------------------------------------------------------------------
 
 // Which process of a node the test kills: the ddprun the user started, or the

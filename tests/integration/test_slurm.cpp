@@ -529,49 +529,78 @@ TEST_F(SlurmSignals, ScancelLetsEveryWorkerFinishItsTwoSecondSave) {
 // The same stop, 4 jobs at once, three times: once srun has returned, no scratch
 // directory of the job's ($TMPDIR/ddprun-XXXXXX, one per agent) is left, whatever
 // the ProctrackType. (The next ddprun's sweep is for a SIGKILLed agent; a clean
-// stop must not need it.)
-TEST_F(SlurmSignals, ScancelLeavesNoScratchDirectory) {
-    constexpr int k_at_once = 4;
-    for (int round = 0; round < 3; ++round) {
-        std::vector<std::unique_ptr<DdprunProcess>> sruns;
-        std::vector<std::string> dirs, ids;
-        for (int job = 0; job < k_at_once; ++job) {
-            const std::string dir = path(fmt::format("scratch{}.{}", round, job));
-            std::filesystem::create_directories(dir + "/tmp");
-            for (const auto& own : {dir, dir + "/tmp"})
-                std::filesystem::permissions(own, std::filesystem::perms::all);
-            const std::string name = new_job_name();
-            sruns.push_back(start_client(
-                "srun", srun_two_nodes(name, concat({{"env", "TMPDIR=" + dir + "/tmp"},
-                                                     ddprun_job({"--nproc_per_node=2"},
-                                                                {"ready", dir + "/ready.{rank}",
-                                                                 "save-on-term", "2"})}))));
-            dirs.push_back(dir);
-            ids.push_back(job_id(name));
-        }
-        for (std::size_t job = 0; job < dirs.size(); ++job) {
-            ASSERT_TRUE(wait_for_files(rank_files(dirs[job] + "/ready", 4), k_job_guard / 2))
-                << sruns[job]->err_so_far();
-            // One per agent while the job runs: the check below can fail.
-            EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dirs[job] + "/tmp"),
-                                    std::filesystem::directory_iterator()),
-                      2)
-                << "scratch directories under the job's $TMPDIR while it runs";
-        }
-        auto cancelled = cluster().client(concat({{"scancel"}, ids}));
-        EXPECT_EQ(cancelled.exit_code, 0) << cancelled.describe();
-        for (std::size_t job = 0; job < dirs.size(); ++job) {
-            auto result = sruns[job]->wait();
-            std::vector<std::string> left;
-            for (const auto& entry : std::filesystem::directory_iterator(dirs[job] + "/tmp"))
-                left.push_back(entry.path().filename().string());
-            EXPECT_TRUE(left.empty())
-                << "round " << round << " job " << job << ": " << left.size()
-                << " left in $TMPDIR, e.g. " << left.front() << ", under proctrack/"
-                << cluster().options().proctrack << "\n"
-                << result.describe();
+// stop must not need it.) With `usr1_first`, scancel --signal=USR1 comes first
+// (every worker counts its one copy), as a job that is told to checkpoint and
+// then cancelled sees it.
+class SlurmScratch : public SlurmTest {
+  protected:
+    void expect_no_scratch_left(bool usr1_first) {
+        constexpr int k_at_once = 4;
+        for (int round = 0; round < 3; ++round) {
+            std::vector<std::unique_ptr<DdprunProcess>> sruns;
+            std::vector<std::string> dirs, ids;
+            for (int job = 0; job < k_at_once; ++job) {
+                const std::string dir = path(fmt::format("scratch{}.{}", round, job));
+                std::filesystem::create_directories(dir + "/tmp");
+                for (const auto& own : {dir, dir + "/tmp"})
+                    std::filesystem::permissions(own, std::filesystem::perms::all);
+                const std::string name = new_job_name();
+                sruns.push_back(start_client(
+                    "srun", srun_two_nodes(name, concat({{"env", "TMPDIR=" + dir + "/tmp"},
+                                                         ddprun_job({"--nproc_per_node=2"},
+                                                                    {"count-signal", "SIGUSR1",
+                                                                     dir + "/usr1.{rank}", "ready",
+                                                                     dir + "/ready.{rank}",
+                                                                     "save-on-term", "2"})}))));
+                dirs.push_back(dir);
+                ids.push_back(job_id(name));
+            }
+            for (std::size_t job = 0; job < dirs.size(); ++job) {
+                ASSERT_TRUE(wait_for_files(rank_files(dirs[job] + "/ready", 4), k_job_guard / 2))
+                    << sruns[job]->err_so_far();
+                // One per agent while the job runs: the check below can fail.
+                EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dirs[job] + "/tmp"),
+                                        std::filesystem::directory_iterator()),
+                          2)
+                    << "scratch directories under the job's $TMPDIR while it runs";
+            }
+            if (usr1_first) {
+                auto signalled = cluster().client(concat({{"scancel", "--signal=USR1"}, ids}));
+                EXPECT_EQ(signalled.exit_code, 0) << signalled.describe();
+                for (const auto& dir : dirs)
+                    EXPECT_TRUE(wait_until(
+                        [&] {
+                            for (int rank = 0; rank < 4; ++rank)
+                                if (read_text_file(fmt::format("{}/usr1.{}", dir, rank)).empty())
+                                    return false;
+                            return true;
+                        },
+                        10s))
+                        << "not every worker of " << dir << " got SIGUSR1";
+            }
+            auto cancelled = cluster().client(concat({{"scancel"}, ids}));
+            EXPECT_EQ(cancelled.exit_code, 0) << cancelled.describe();
+            for (std::size_t job = 0; job < dirs.size(); ++job) {
+                auto result = sruns[job]->wait();
+                std::vector<std::string> left;
+                for (const auto& entry : std::filesystem::directory_iterator(dirs[job] + "/tmp"))
+                    left.push_back(entry.path().filename().string());
+                EXPECT_TRUE(left.empty())
+                    << "round " << round << " job " << job << ": " << left.size()
+                    << " left in $TMPDIR, e.g. " << (left.empty() ? "" : left.front())
+                    << ", under proctrack/" << cluster().options().proctrack << "\n"
+                    << result.describe();
+            }
         }
     }
+};
+
+TEST_F(SlurmScratch, ScancelLeavesNoScratchDirectory) {
+    expect_no_scratch_left(false);
+}
+
+TEST_F(SlurmScratch, ScancelAfterSignalUsr1LeavesNoScratchDirectory) {
+    expect_no_scratch_left(true);
 }
 
 // --- 6: jobs and steps that share the nodes ------------------------------------------

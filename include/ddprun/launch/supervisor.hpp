@@ -14,7 +14,7 @@ namespace ddprun {
 
 // Runs `agent_main` in a forked child and supervises it; returns the exit code
 // ddprun should exit with. `forwarded` are the signals passed on to the agent.
-// `cleanup` runs after the agent and every leftover process are gone.
+// `cleanup` runs once the agent is gone, before the leftover processes are swept.
 int supervise(const std::function<int()>& agent_main, const std::vector<int>& forwarded,
               const std::function<void()>& cleanup);
 
