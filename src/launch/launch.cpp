@@ -231,8 +231,9 @@ int run_launch(LaunchContext context) {
     const std::string scratch = context.scratch_dir;
     auto remove_scratch = [&scratch] { remove_scratch_dir(scratch); };
     // Both processes remove the scratch dir: the agent outlives a SIGKILLed supervisor, the
-    // supervisor outlives a SIGKILLed agent. The agent removes it once its last round is
-    // over too (Agent::run), before its teardown; this is for every other way out.
+    // supervisor outlives a SIGKILLed agent. The agent removes it as soon as the job's last
+    // workers are reaped too (Agent::Impl::run_rounds), before its teardown; this is for
+    // every other way out.
     return supervise(
         [&] {
             int code = Agent(std::move(context)).run();

@@ -531,11 +531,10 @@ int announced_metrics_port(DdprunProcess& agent) {
 }
 
 HttpAnswer http_get(const std::string& host, int port, const std::string& path) {
-    const std::string curl = "/usr/bin/curl";
     RunOptions options;
-    options.program = curl;
+    options.program = k_curl;
     options.timeout = 20s;
-    auto r = run_command({curl, "-s", "--max-time", "10", "-w", "\n%{http_code}",
+    auto r = run_command({k_curl, "-s", "--max-time", "10", "-w", "\n%{http_code}",
                           fmt::format("http://{}:{}{}", host, port, path)},
                          options);
     HttpAnswer answer;

@@ -172,7 +172,8 @@ std::vector<RunResult> wait_all(const std::vector<DdprunProcess*>& processes);
 // --metrics-port: the port an agent said it serves on ("metrics at
 // http://ADDR:PORT/metrics"), -1 if it did not within 20 s.
 int announced_metrics_port(DdprunProcess& agent);
-// A GET through curl (/usr/bin/curl): the status code (0: no answer) and the body.
+// A GET through curl (k_curl): the status code (0: no answer) and the body.
+inline const std::string k_curl = "/usr/bin/curl";
 struct HttpAnswer {
     int status = 0;
     std::string body;

@@ -26,7 +26,6 @@
 namespace ddprun_it {
 namespace {
 
-const std::string k_curl = "/usr/bin/curl";
 const std::string k_promtool = "/usr/bin/promtool";
 const std::string k_prometheus = "/usr/bin/prometheus";
 

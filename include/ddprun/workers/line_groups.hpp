@@ -62,8 +62,7 @@ class LineGroups {
     std::size_t m_bytes = 0;
     // take()'s, kept for their capacity.
     std::vector<Group> m_groups;
-    std::vector<std::size_t> m_group_of;                         // of each held line
-    std::unordered_map<std::string_view, std::size_t> m_newest;  // group by text
+    std::vector<std::size_t> m_group_of;  // of each held line
 };
 
 }  // namespace ddprun
