@@ -545,6 +545,17 @@ HttpAnswer http_get(const std::string& host, int port, const std::string& path) 
     return answer;
 }
 
+bool wait_for_metrics(const std::string& host, int port,
+                      const std::function<bool(const std::string&)>& ready, HttpAnswer& last,
+                      Milliseconds timeout) {
+    return wait_until(
+        [&] {
+            last = http_get(host, port, "/metrics");
+            return ready(last.body);
+        },
+        timeout);
+}
+
 bool has_sample(const std::string& text, const std::string& sample) {
     for (const auto& line : split_lines(text))
         if (line == sample) return true;

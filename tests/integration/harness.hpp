@@ -179,6 +179,11 @@ struct HttpAnswer {
     std::string body;
 };
 HttpAnswer http_get(const std::string& host, int port, const std::string& path);
+// Reads http://host:port/metrics until `ready` holds for its body (true) or
+// `timeout` passes; `last` is the last answer either way.
+bool wait_for_metrics(const std::string& host, int port,
+                      const std::function<bool(const std::string&)>& ready, HttpAnswer& last,
+                      Milliseconds timeout);
 // Whether a Prometheus text has `sample` ("name{labels} value") as a line of its own.
 bool has_sample(const std::string& text, const std::string& sample);
 

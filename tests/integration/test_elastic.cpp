@@ -597,12 +597,9 @@ TEST_P(ElasticBackendTest, ANodeThatJoinsLateCountsTheRestartsBeforeIt) {
     const int port = announced_metrics_port(*agents[2]);
     ASSERT_GT(port, 0) << agents[2]->err_so_far();
     HttpAnswer metrics;
-    EXPECT_TRUE(wait_until(
-        [&] {
-            metrics = http_get("127.0.0.3", port, "/metrics");
-            return has_sample(metrics.body, "ddprun_round 3");
-        },
-        20s))
+    EXPECT_TRUE(wait_for_metrics(
+        "127.0.0.3", port,
+        [](const std::string& body) { return has_sample(body, "ddprun_round 3"); }, metrics, 20s))
         << metrics.body;
     EXPECT_TRUE(has_sample(metrics.body, "ddprun_restarts_total 2")) << metrics.body;
 

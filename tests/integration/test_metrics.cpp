@@ -59,12 +59,12 @@ TEST_F(Metrics, HealthAndMetricsThroughAJobsPhases) {
     EXPECT_EQ(health.status, 200) << health.body;
     EXPECT_EQ(health.body, "ok\n");
     HttpAnswer metrics;
-    ASSERT_TRUE(wait_until(
-        [&] {
-            metrics = http_get("127.0.0.1", port, "/metrics");
-            return contains(metrics.body, "ddprun_rank_beats_per_second{rank=\"1\"}");
+    ASSERT_TRUE(wait_for_metrics(
+        "127.0.0.1", port,
+        [](const std::string& body) {
+            return contains(body, "ddprun_rank_beats_per_second{rank=\"1\"}");
         },
-        20s))
+        metrics, 20s))
         << metrics.body;
     EXPECT_EQ(metrics.status, 200);
     for (const char* sample : {R"(ddprun_job_state{state="running"} 1)", "ddprun_healthy 1",
