@@ -12,6 +12,8 @@ set(DDPRUN_INSTALL_ZSHDIR "" CACHE STRING
     "Where the zsh completion goes, relative to the prefix (default: share/zsh/vendor-completions for /usr, share/zsh/site-functions elsewhere)")
 set(DDPRUN_INSTALL_BASHDIR "" CACHE STRING
     "Where the bash completion goes, relative to the prefix (default share/bash-completion/completions)")
+set(DDPRUN_INSTALL_TCSHDIR "" CACHE STRING
+    "Where the tcsh completion goes, relative to the prefix (default share/ddprun/completion)")
 # A directory of the package's own (Debian policy 9.1.1: /usr/lib/<package>),
 # the same under every prefix.
 if(NOT DDPRUN_INSTALL_PLUGINDIR)
@@ -28,6 +30,12 @@ if(NOT DDPRUN_INSTALL_ZSHDIR)
 endif()
 if(NOT DDPRUN_INSTALL_BASHDIR)
   set(DDPRUN_INSTALL_BASHDIR "${CMAKE_INSTALL_DATADIR}/bash-completion/completions")
+endif()
+# tcsh reads no directory of completions and Debian names none: a user sources
+# the file from ~/.tcshrc. The package's own data directory (Debian policy
+# 9.1.1: /usr/share/<package>), the same under every prefix.
+if(NOT DDPRUN_INSTALL_TCSHDIR)
+  set(DDPRUN_INSTALL_TCSHDIR "${CMAKE_INSTALL_DATADIR}/ddprun/completion")
 endif()
 
 foreach(dir CMAKE_INSTALL_BINDIR DDPRUN_INSTALL_PLUGINDIR)

@@ -37,8 +37,9 @@ packages=(
   elfutils
   # the Debian package (scripts/package.sh): dpkg-shlibdeps computes Depends,
   # lintian checks it, man renders ddprun(1) in the install test; the
-  # completions are tested against bash-completion's helpers and an interactive zsh
-  dpkg-dev lintian man-db bash-completion zsh
+  # completions are tested against bash-completion's helpers, an interactive zsh
+  # and an interactive tcsh
+  dpkg-dev lintian man-db bash-completion zsh tcsh
   # the newer platforms' roots (scripts/platform.sh: Debian sid and 13)
   debootstrap
   # --metrics-port: promtool checks the endpoint's text, a real Prometheus the tests

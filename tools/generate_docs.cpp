@@ -1,5 +1,5 @@
-// Writes ddprun(1) and the bash and zsh completions from the option table, at
-// build time (CMakeLists.txt): `generate_docs man|bash|zsh OUTPUT`.
+// Writes ddprun(1) and the bash, zsh and tcsh completions from the option
+// table, at build time (CMakeLists.txt): `generate_docs man|bash|zsh|tcsh OUTPUT`.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -9,7 +9,7 @@
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: generate_docs man|bash|zsh OUTPUT\n");
+        std::fprintf(stderr, "usage: generate_docs man|bash|zsh|tcsh OUTPUT\n");
         return 2;
     }
     std::string_view kind = argv[1];
@@ -20,8 +20,11 @@ int main(int argc, char** argv) {
         text = ddprun::cli::bash_completion();
     else if (kind == "zsh")
         text = ddprun::cli::zsh_completion();
+    else if (kind == "tcsh")
+        text = ddprun::cli::tcsh_completion();
     else {
-        std::fprintf(stderr, "generate_docs: unknown kind '%s' (man, bash or zsh)\n", argv[1]);
+        std::fprintf(stderr, "generate_docs: unknown kind '%s' (man, bash, zsh or tcsh)\n",
+                     argv[1]);
         return 2;
     }
     std::ofstream out(argv[2], std::ios::binary | std::ios::trunc);

@@ -45,7 +45,8 @@ namespace {
 constexpr std::string_view k_default_signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
 // What was given on the command line, else in the job file, else in
-// DDPRUN_<NAME>, else in PET_<NAME>. An empty variable counts as unset (job
+// DDPRUN_<NAME>, else in PET_<NAME>, else in the torch variable torchrun 2.14
+// reads for it (OptionSpec::torch_variable). An empty variable counts as unset (job
 // templates often export empty ones), except for the log prefix, where empty
 // means "no prefix".
 Settings gather_settings(const GivenOptions& parsed, const Scanned& scanned,
@@ -67,6 +68,7 @@ Settings gather_settings(const GivenOptions& parsed, const Scanned& scanned,
         std::vector<std::string> variables;
         if (spec.env != EnvDefault::None) variables.push_back("DDPRUN_" + env_suffix(spec.name));
         if (spec.env == EnvDefault::Torchrun) variables.push_back("PET_" + env_suffix(spec.name));
+        if (!spec.torch_variable.empty()) variables.emplace_back(spec.torch_variable);
         for (const std::string& variable : variables) {
             auto it = env.find(variable);
             if (it != env.end() && (!it->second.empty() || spec.name == "log-prefix")) {
@@ -99,97 +101,6 @@ void resolve_verbosity(const GivenOptions& parsed, const Environment& env, Confi
         else
             builder.fail(Setting{"LOGLEVEL", it->second}.error_hint(
                 "unknown level", "use DEBUG, INFO, WARNING, ERROR or CRITICAL"));
-    }
-}
-
-// Options the launcher keeps to itself, or sets per host, and so never passes
-// on as given (see FanOutSettings::agent_options).
-constexpr std::string_view k_launcher_options[] = {
-    "hosts",       "hostfile",      "include",   "exclude",   "ssh-command",    "remote-ddprun",
-    "env",         "lifeline",      "preflight", "dry-run",   "verbose",        "quiet",
-    "help",        "version",       "nnodes",    "node_rank", "nproc_per_node", "local_addr",
-    "master_addr", "rdzv_endpoint", "rdzv_id",   "config",    "write-config",
-};
-
-// --hosts / --hostfile and their companions: what they conflict with, and the
-// options the agents get. The hosts themselves are planned later (fan_out.cpp):
-// a hostfile is read only then.
-void resolve_fan_out(const GivenOptions& parsed, const Settings& settings, ConfigBuilder& b,
-                     LaunchConfig& config) {
-    FanOutSettings& fan = config.fan_out;
-    b.set("hosts", fan.hosts, [](const Setting& s) { return parse_nonempty(s, "gpu[01-04]:8"); });
-    b.set("hostfile", fan.hostfile,
-          [](const Setting& s) { return parse_nonempty(s, "hostfile.txt"); });
-    b.set("include", fan.include, [](const Setting& s) { return Parsed<std::string>(s.value); });
-    b.set("exclude", fan.exclude, [](const Setting& s) { return Parsed<std::string>(s.value); });
-    b.set("ssh-command", fan.ssh_command,
-          [](const Setting& s) { return parse_nonempty(s, "'ssh -p 2222'"); });
-    b.set("remote-ddprun", fan.remote_ddprun,
-          [](const Setting& s) { return parse_nonempty(s, "/opt/ddprun/bin/ddprun"); });
-    std::string env_origin;  // the job file's line, if it gave --env
-    for (std::size_t i = 0; i < std::size(k_options); ++i) {
-        if (k_options[i].name != "env") continue;
-        env_origin = parsed[i].origin;
-        for (const std::string& value : parsed[i].values) {
-            std::string_view name = std::string_view(value).substr(0, value.find('='));
-            if (!is_variable_name(name))
-                b.fail(Setting{parsed[i].origin.empty() ? "--env" : "env", value, false,
-                               parsed[i].origin}
-                           .error_hint("not a variable name",
-                                       "write NAME or NAME=VALUE, e.g. --env WANDB_API_KEY"));
-            fan.env.push_back(value);
-        }
-    }
-    if (b.error()) return;
-    const char* const companions[] = {"include", "exclude", "ssh-command", "remote-ddprun"};
-    if (!fan.given()) {
-        for (const char* name : companions)
-            if (const Setting* s = b.find(name))
-                return b.fail(s->error_hint("is for a job started with --hosts or --hostfile",
-                                            "add one, or drop it"));
-        if (!fan.env.empty())
-            return b.fail(usage_error(fmt::format(
-                "{}: is for a job started with --hosts or --hostfile (add one, or drop it; "
-                "a local job's workers inherit ddprun's environment)",
-                env_origin.empty() ? "--env" : env_origin + ": env")));
-        return;
-    }
-    const Setting* list = b.find(fan.hosts.empty() ? "hostfile" : "hosts");
-    auto conflict = [&](std::string_view name, std::string_view hint) {
-        if (const Setting* s = b.find(name))
-            b.fail(s->error_hint(fmt::format("conflicts with {}", list->shown()), hint));
-    };
-    if (!fan.hosts.empty()) conflict("hostfile", "give the hosts one way: --hosts or --hostfile");
-    conflict("node_rank", "the hosts are nodes 0, 1, ... in the order listed; drop the node rank");
-    conflict("standalone", "standalone runs one node; drop one of them");
-    conflict("lifeline", "--lifeline is what the launcher gives its agents; drop it");
-    conflict("preflight", "--preflight is what the launcher gives its agents; drop it");
-    if (!b.error() && config.elastic())
-        b.fail(b.find("nnodes")->error_hint(
-            fmt::format("an elastic job cannot be started with {}", list->shown()),
-            "drop --nnodes: the host list sets it"));
-    if (b.error()) return;
-    fan.nnodes_given = settings.contains("nnodes");
-    fan.master_addr_given = settings.contains("master_addr");
-    fan.rdzv_endpoint_given = settings.contains("rdzv_endpoint");
-    fan.rdzv_id_given = settings.contains("rdzv_id");
-    for (const auto& [name, setting] : settings) {
-        if (std::find(std::begin(k_launcher_options), std::end(k_launcher_options), name) !=
-            std::end(k_launcher_options))
-            continue;
-        std::string flag = "--" + std::string(name);
-        if (name == "report-lines") {
-            for (const std::string& pattern : config.report_lines)
-                fan.agent_options.push_back(flag + "=" + pattern);
-            continue;
-        }
-        if (is_flag(*find_option(name))) {
-            // A flag from the environment (DDPRUN_ALL_DEVICES=0) may be off.
-            if (!setting.bare_flag && !parse_switch(setting).value_or(false)) continue;
-            fan.agent_options.push_back(flag);
-        } else {
-            fan.agent_options.push_back(flag + "=" + setting.value);
-        }
     }
 }
 
@@ -307,6 +218,7 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     b.set("event-log", config.event_log,
           [](const Setting& s) { return parse_nonempty(s, "/var/log/ddprun/events.jsonl"); });
     b.set("metrics-port", config.metrics_port, parse_port);
+    resolve_torchrun_options(b, config);  // after --log-prefix and --event-log
     resolve_verbosity(parsed, env, b, config);
 
     if (scanned.status) {
@@ -480,6 +392,14 @@ std::expected<CommandLine, Error> parse_command_line(const std::vector<std::stri
         return command_line;
     }
     if (scanned.error) return std::unexpected(*scanned.error);
+    // torchrun's --print-completion prints and exits, whatever else the line says.
+    if (const auto* shell = last_value(parsed, "print_completion")) {
+        auto script = completion_script(*shell);
+        if (!script) return std::unexpected(script.error());
+        command_line.action = CommandLine::Action::PrintHelp;
+        command_line.text = std::move(*script);
+        return command_line;
+    }
 
     Settings settings = gather_settings(parsed, scanned, env);
     if (status) {

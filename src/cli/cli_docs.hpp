@@ -1,4 +1,4 @@
-// ddprun(1) and the bash and zsh completions, written from the option table
+// ddprun(1) and the bash, zsh and tcsh completions, written from the option table
 // (cli_options.hpp) that --help and the parser use, so that none of them can
 // name a flag the parser does not know or miss one it does. Pure: the
 // generator (tools/generate_docs.cpp) writes the files at build time.
@@ -31,5 +31,6 @@ std::vector<std::string> spellings(const OptionSpec& spec);
 std::string man_page(std::string_view version);
 std::string bash_completion();
 std::string zsh_completion();
+std::string tcsh_completion();
 
 }  // namespace ddprun::cli

@@ -53,7 +53,7 @@ constexpr OptionSpec k_option_table[] = {
     {"max_restarts", 0, "N", EnvDefault::Torchrun, k_torchrun,
      "restarts of the whole job after a failure [0]"},
     {"shutdown_timeout", 0, "SECS", EnvDefault::Torchrun, k_torchrun,
-     "grace between SIGTERM and SIGKILL [30]"},
+     "grace between SIGTERM and SIGKILL [30]", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
     {"signals_to_handle", 0, "SIG,...", EnvDefault::Torchrun, k_torchrun,
      "signals that stop the job [SIGTERM,SIGINT,SIGHUP,SIGQUIT]"},
     {"monitor_interval", 0, "SECS", EnvDefault::Torchrun, k_torchrun,
@@ -72,8 +72,20 @@ constexpr OptionSpec k_option_table[] = {
      "streams to files and the console [0]"},
     {"local_ranks_filter", 0, "LR,...", EnvDefault::Torchrun, k_torchrun,
      "show only these local ranks on the console [all]"},
-    {"numa-binding", 0, "node|socket|exclusive", EnvDefault::Torchrun, k_torchrun,
+    {"log_line_prefix_template", 0, "TEMPLATE", EnvDefault::Torchrun, k_torchrun,
+     "--log-prefix as torchrun writes it (${rank}: )", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+    {"duplicate_stdout_filters", 0, "TEXT,...", EnvDefault::Torchrun, k_torchrun,
+     "tee'd lines holding one also go to filtered_stdout.log"},
+    {"duplicate_stderr_filters", 0, "TEXT,...", EnvDefault::Torchrun, k_torchrun,
+     "the same for stderr (and the failure summary)"},
+    {"event_log_handler", 0, "null|console|dynamic_rendezvous", EnvDefault::Torchrun, k_torchrun,
+     "console: the events as JSON lines on stderr [null]"},
+    {"logs_specs", 0, "default", EnvDefault::None, k_torchrun,
+     "the log files' layout: torchrun's default only"},
+    {"numa-binding", 0, "node|socket|exclusive|core-complex", EnvDefault::Torchrun, k_torchrun,
      "pin each worker to the CPUs near its GPU [none]"},
+    {"print_completion", 0, "bash|zsh|tcsh", EnvDefault::None, k_torchrun,
+     "print a completion script for the shell"},
     {"run_path", 0, "", EnvDefault::Torchrun, k_torchrun,
      "not supported: run the program directly"},
     // torch.distributed.launch's switch to environment variables, which is all
@@ -114,7 +126,7 @@ constexpr OptionSpec k_option_table[] = {
     {"event-log", 0, "PATH", EnvDefault::Ddprun, k_ddprun,
      "append this node's events as JSON lines (docs/events.md)"},
     {"metrics-port", 0, "PORT", EnvDefault::Ddprun, k_ddprun,
-     "serve Prometheus /metrics and /healthz on PORT [off]"},
+     "serve Prometheus /metrics and /healthz on PORT [off]", "TORCHELASTIC_HEALTH_CHECK_PORT"},
     {"config", 0, "FILE", EnvDefault::Ddprun, k_ddprun,
      "read options from a TOML or INI job file; a flag wins over it"},
     {"write-config", 0, "FILE", EnvDefault::None, k_ddprun,
@@ -324,8 +336,11 @@ std::string help_text() {
     }
     text +=
         "\nA flag not given is read from DDPRUN_<NAME>, then PET_<NAME> (e.g. PET_NNODES=2),\n"
-        "then takes the default in [brackets]. LOGLEVEL=DEBUG|INFO|WARNING|ERROR|CRITICAL\n"
-        "sets the verbosity when neither -v nor -q is given.\n"
+        "then torchrun's own variable where it has one (TORCH_ELASTIC_SHUTDOWN_TIMEOUT,\n"
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; TORCHELASTIC_HEALTH_CHECK_PORT is\n"
+        "--metrics-port's), then takes the default in [brackets].\n"
+        "LOGLEVEL=DEBUG|INFO|WARNING|ERROR|CRITICAL sets the verbosity when neither -v nor -q\n"
+        "is given.\n"
         "\nUnder a scheduler, started once per node (srun --ntasks-per-node=1, mpirun -N 1, a\n"
         "Kubeflow PyTorchJob), the values not given come from its environment: nnodes, node_rank,\n"
         "master address and port, and under Slurm the step's GPUs. --dry-run shows each source.\n"

@@ -33,6 +33,9 @@ struct OptionSpec {
     EnvDefault env;
     std::string_view section;  // help section; empty: accepted but not shown
     std::string_view help;
+    // A variable of torch's own read after DDPRUN_<NAME> and PET_<NAME>, as torchrun 2.14
+    // reads it (TORCH_ELASTIC_SHUTDOWN_TIMEOUT); empty: none.
+    std::string_view torch_variable = {};
 };
 
 // The one list of options: scanning, collecting, environment names, suggestions and

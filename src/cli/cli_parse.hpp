@@ -27,6 +27,13 @@ struct Given {
 };
 using GivenOptions = std::vector<Given>;  // indexed like k_options
 
+// The last value given for the option of canonical name `name`; null if none.
+inline const std::string* last_value(const GivenOptions& given, std::string_view name) {
+    for (std::size_t i = 0; i < k_options.size() && i < given.size(); ++i)
+        if (k_options[i].name == name && !given[i].values.empty()) return &given[i].values.back();
+    return nullptr;
+}
+
 // Where the job file is named: "--config" (as typed) or "DDPRUN_CONFIG".
 struct JobFile {
     std::string label;

@@ -368,18 +368,17 @@ Parsed<std::string> parse_start_method(const Setting& s) {
         s.error("unknown start method (use spawn, fork or forkserver)", "spawn"));
 }
 
-// torchrun's --numa-binding modes, but core-complex (L3 groups), which
-// needs cache topology ddprun does not read.
+// torchrun's --numa-binding modes; core_complex too, as a torch AffinityMode
+// member is spelled, since it is an easy slip for core-complex.
 Parsed<NumaBinding> parse_numa_binding(const Setting& s) {
     std::string word = lower(trim(s.value));
     if (word == "node") return NumaBinding::Node;
     if (word == "socket") return NumaBinding::Socket;
     if (word == "exclusive") return NumaBinding::Exclusive;
+    if (word == "core-complex" || word == "core_complex") return NumaBinding::CoreComplex;
     if (word == "none") return NumaBinding::None;
-    if (word == "core-complex" || word == "core_complex")
-        return std::unexpected(
-            s.error("core-complex is not supported (use node, socket or exclusive)", "node"));
-    return std::unexpected(s.error("unknown mode (use node, socket or exclusive)", "node"));
+    return std::unexpected(
+        s.error("unknown mode (use node, socket, exclusive or core-complex)", "node"));
 }
 
 Parsed<std::string> parse_log_prefix(const Setting& s) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string_view>
 
+#include "cli_parse.hpp"
 #include "cli_values.hpp"
 #include "ddprun/config/config.hpp"
 
@@ -56,5 +57,18 @@ void resolve_supervision(ConfigBuilder& b, LaunchConfig& config);
 // --report-lines, every value of it (cli_supervision.cpp).
 void resolve_report_lines(const std::vector<std::string>& given, ConfigBuilder& b,
                           LaunchConfig& config);
+
+// --hosts / --hostfile and their companions into config.fan_out (cli_fan_out.cpp).
+void resolve_fan_out(const std::vector<Given>& parsed, const Settings& settings, ConfigBuilder& b,
+                     LaunchConfig& config);
+
+// torchrun 2.x's options that name what ddprun does its own way, mapped onto it:
+// --log-line-prefix-template (onto --log-prefix), --duplicate-stdout-filters,
+// --duplicate-stderr-filters, --event-log-handler (onto --event-log), --logs-specs
+// (cli_torchrun.cpp). After --log-prefix and --event-log are set.
+void resolve_torchrun_options(ConfigBuilder& b, LaunchConfig& config);
+
+// --print-completion SHELL's script, or a usage error naming the shell.
+std::expected<std::string, Error> completion_script(const std::string& shell);
 
 }  // namespace ddprun::cli

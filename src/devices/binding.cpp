@@ -94,6 +94,32 @@ const NumaNode* find_node(const Topology& topology, int id) {
     return nullptr;
 }
 
+// The node's allowed CPUs (`cpus`) grouped by the last-level cache they share,
+// in the order torch 2.14's _core_complex_get_logical_cpus_to_bind_to picks
+// from: the groups with the most CPUs first (a complex that the allowed set
+// cuts down is the last choice), then by the lowest CPU of the cache. The
+// error names the first CPU whose caches sysfs does not list.
+std::expected<std::vector<std::vector<int>>, std::string> core_complexes(
+    const std::vector<int>& cpus, const Topology& topology) {
+    std::map<int, std::vector<int>> by_cache;  // lowest cpu of the cache -> allowed cpus
+    for (int cpu : cpus) {
+        auto it = topology.last_level_cache.find(cpu);
+        if (it == topology.last_level_cache.end())
+            return std::unexpected(fmt::format(
+                "--numa-binding=core-complex: sysfs lists no cache of CPU {} (no "
+                "{}/devices/system/cpu/cpu{}/cache/index*/ of a data or unified cache; a VM or "
+                "container may hide them); use --numa-binding=node or --numa-binding=exclusive",
+                cpu, topology.sysfs_root, cpu));
+        by_cache[it->second].push_back(cpu);
+    }
+    std::vector<std::vector<int>> groups;
+    for (auto& [lowest, members] : by_cache) groups.push_back(std::move(members));
+    // Stable: equal sizes keep the map's order, the lowest cache first.
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    return groups;
+}
+
 std::string join_ranks(const std::vector<int>& ranks) {
     std::string out;
     for (int rank : ranks) out += fmt::format("{}{}", out.empty() ? "" : ",", rank);
@@ -213,7 +239,7 @@ std::expected<std::vector<BindingPlan>, std::string> plan_binding(
         if (!several_nodes) return std::nullopt;
         return gpu_nodes[static_cast<std::size_t>(rank)];
     };
-    if (numa != NumaBinding::Exclusive) {
+    if (numa != NumaBinding::Exclusive && numa != NumaBinding::CoreComplex) {
         for (int rank = 0; rank < workers; ++rank)
             plans[static_cast<std::size_t>(rank)] =
                 make_binding(near[static_cast<std::size_t>(rank)], memory(rank));
@@ -224,6 +250,19 @@ std::expected<std::vector<BindingPlan>, std::string> plan_binding(
         sharing[gpu_nodes[static_cast<std::size_t>(rank)]].push_back(rank);
     for (const auto& [id, ranks] : sharing) {
         const auto& cpus = near[static_cast<std::size_t>(ranks.front())];
+        if (numa == NumaBinding::CoreComplex) {
+            auto complexes = core_complexes(cpus, topology);
+            if (!complexes) return std::unexpected(complexes.error());
+            // The i-th worker on the node takes complex i, wrapping round when the
+            // node has more workers than complexes, as torch 2.14 does: workers then
+            // share a complex rather than fail. Torch counts a GPU's place among
+            // all the node's GPUs; workers use the GPUs in order, so its place
+            // among the workers' GPUs is the same.
+            for (std::size_t i = 0; i < ranks.size(); ++i)
+                plans[static_cast<std::size_t>(ranks[i])] =
+                    make_binding((*complexes)[i % complexes->size()], memory(ranks[i]));
+            continue;
+        }
         auto shares = split_evenly(cpus, static_cast<int>(ranks.size()), topology);
         if (!shares)
             return std::unexpected(fmt::format(
@@ -315,6 +354,8 @@ std::string_view numa_binding_name(NumaBinding mode) {
             return "socket";
         case NumaBinding::Exclusive:
             return "exclusive";
+        case NumaBinding::CoreComplex:
+            return "core-complex";
         case NumaBinding::None:
             break;
     }

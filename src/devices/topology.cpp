@@ -14,6 +14,7 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -50,6 +51,34 @@ std::optional<int> numbered(const std::string& name, std::string_view prefix) {
     return static_cast<int>(*value);
 }
 
+// The lowest CPU sharing `cpu_dir`'s last-level cache: among its
+// cache/index<K> entries, the highest level whose type is Data or Unified
+// (an instruction cache shares nothing worth binding to), the first index of
+// that level when there are several, as torch's
+// _get_logical_cpus_sharing_same_max_level_cache_as does. Nullopt when sysfs
+// lists no such cache (VMs and some containers have no cache/ at all).
+std::optional<int> last_level_cache_of(const fs::path& cpu_dir) {
+    std::map<int, fs::path> indices;  // by K, so ties between equal levels are stable
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(cpu_dir / "cache", ec))
+        if (auto k = numbered(entry.path().filename().string(), "index"))
+            indices.emplace(*k, entry.path());
+    int best_level = INT_MIN;
+    std::optional<int> lowest;
+    for (const auto& [k, dir] : indices) {
+        auto type = read_file(dir / "type");
+        if (!type || (trim(*type) != "Data" && trim(*type) != "Unified")) continue;
+        auto level = read_int(dir / "level");
+        if (!level || *level <= best_level) continue;
+        auto shared = read_file(dir / "shared_cpu_list");
+        auto list = shared ? parse_cpu_list(*shared) : std::nullopt;
+        if (!list || list->empty()) continue;
+        best_level = *level;
+        lowest = list->front();
+    }
+    return lowest;
+}
+
 }  // namespace
 
 Topology read_topology(const std::string& sysfs_root) {
@@ -76,6 +105,8 @@ Topology read_topology(const std::string& sysfs_root) {
         if (!siblings) siblings = read_file(dir / "thread_siblings_list");
         auto list = siblings ? parse_cpu_list(*siblings) : std::nullopt;
         if (list && !list->empty()) topology.core[*cpu] = list->front();
+        if (auto cache = last_level_cache_of(entry.path()))
+            topology.last_level_cache[*cpu] = *cache;
     }
     return topology;
 }

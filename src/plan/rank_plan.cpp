@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/python_template.hpp"
 #include "ddprun/base/signals.hpp"
 #include "ddprun/devices/topology.hpp"
 #include "ddprun/hang/hang_monitor.hpp"
@@ -73,6 +74,24 @@ std::vector<std::string> worker_command(const LaunchConfig& config, const Enviro
     return argv;
 }
 
+namespace {
+
+// torchrun's one macro (torch.distributed.elastic.utils.macros): ${local_rank} in
+// any argument after the command's first word, with Template.safe_substitute's rules
+// (python_template.hpp), so "$$" is one "$" there as under torchrun.
+void substitute_local_rank(std::vector<std::string>& argv, int local_rank) {
+    const std::string value = std::to_string(local_rank);
+    for (std::size_t i = 1; i < argv.size(); ++i)
+        if (has_template_delimiter(argv[i]))
+            argv[i] = substitute_python_template(
+                argv[i], [&value](std::string_view name) -> std::optional<std::string> {
+                    if (name == "local_rank") return value;
+                    return std::nullopt;
+                });
+}
+
+}  // namespace
+
 int rank_offset(const std::vector<int>& nproc_per_node, int node_rank) {
     auto end =
         nproc_per_node.begin() + std::min<std::ptrdiff_t>(node_rank, std::ssize(nproc_per_node));
@@ -108,6 +127,7 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         w.world_size = world_size;
         w.local_world_size = local_world_size;
         w.argv = argv;
+        substitute_local_rank(w.argv, local);
         if (local < std::ssize(bindings)) w.binding = bindings[static_cast<std::size_t>(local)];
         if (!resources.devices.empty()) {
             w.sets_devices = true;

@@ -60,8 +60,8 @@ LogMux::Impl::Impl(boost::asio::io_context& io_context, Options opts)
 }
 
 std::shared_ptr<LogMux::Impl::Stream> LogMux::Impl::open_stream(
-    int fd, std::string name, Console* console, std::shared_ptr<const std::string> prefix,
-    const StreamSink& sink, Status& error) {
+    int fd, std::string name, Console* console, FilteredFile& filtered_file,
+    std::shared_ptr<const std::string> prefix, const StreamSink& sink, Status& error) {
     auto fail = [&error](Error failure) {
         if (error) error = std::unexpected(std::move(failure));
     };
@@ -96,6 +96,10 @@ std::shared_ptr<LogMux::Impl::Stream> LogMux::Impl::open_stream(
         stream->file_fd = ::open(sink.file_path.c_str(),
                                  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
         if (stream->file_fd < 0) fail(system_error("opening log file " + sink.file_path));
+    }
+    if (sink.duplicate && filtered_file.fd) {
+        stream->filtered = &filtered_file;
+        stream->filter.emplace(filtered_file.needles);
     }
     return stream;
 }
@@ -154,6 +158,7 @@ void LogMux::Impl::carry(const std::shared_ptr<Stream>& stream, std::string_view
     if (stream->file_fd >= 0) write_file(*stream, chunk);
     if (stream->tail) stream->tail->feed(chunk);
     if (stream->matcher) stream->matcher->feed(chunk);
+    if (stream->filter) duplicate(*stream, chunk);
     if (stream->console == nullptr || stream->console->failed) return;
     if (options.collapse_window.count() > 0) return collapse(stream, chunk);
     show(stream, chunk);
@@ -168,8 +173,28 @@ void LogMux::Impl::write_file(Stream& stream, std::string_view chunk) {
     stream.file_fd = -1;
 }
 
+void LogMux::Impl::duplicate(Stream& stream, std::string_view chunk) {
+    filtered_output.clear();
+    stream.filter->feed(chunk, *stream.prefix, filtered_output);
+    write_filtered(*stream.filtered);
+}
+
+void LogMux::Impl::write_filtered(FilteredFile& file) {
+    if (filtered_output.empty() || !file.fd) return;
+    int error = write_all(file.fd.get(), filtered_output.data(), filtered_output.size());
+    if (error == 0) return;
+    if (file_error.empty()) file_error = "writing " + file.path + ": " + std::strerror(error);
+    file.fd.reset();
+}
+
 void LogMux::Impl::close_stream(Stream& stream) {
     if (!stream.open) return;
+    if (stream.filter) {
+        filtered_output.clear();
+        stream.filter->finish(*stream.prefix, filtered_output);
+        write_filtered(*stream.filtered);
+        stream.filter.reset();
+    }
     if (stream.console != nullptr && !stream.console->failed) {
         if (stream.splitter.has_partial()) flush_held(*stream.console);
         stream.splitter.finish(begin_output(stream));
@@ -237,9 +262,9 @@ Status LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int
     Impl::Worker worker;
     worker.tail = std::make_shared<StderrTail>(impl.options.tail_lines);
     worker.out = impl.open_stream(stdout_fd, fmt::format("worker {}'s stdout", id),
-                                  &impl.consoles[0], prefix, out, error);
+                                  &impl.consoles[0], impl.filtered[0], prefix, out, error);
     worker.err = impl.open_stream(stderr_fd, fmt::format("worker {}'s stderr", id),
-                                  impl.stderr_console, prefix, err, error);
+                                  impl.stderr_console, impl.filtered[1], prefix, err, error);
     if (impl.options.report_patterns)
         worker.matcher = std::make_shared<LineMatcher>(impl.options.report_patterns);
     // --collapse-lines: the worker's bit, the one it had if it was here before.
@@ -269,6 +294,17 @@ Status LogMux::add_worker(int id, const StreamSource& source, int stdout_fd, int
     }
     impl.workers[id] = std::move(worker);
     return error;
+}
+
+Status LogMux::duplicate_lines(WorkerStream which, std::vector<std::string> filters,
+                               const std::string& path) {
+    if (filters.empty()) return {};
+    Impl::FilteredFile& file = m_impl->filtered[which == WorkerStream::Stdout ? 0 : 1];
+    file.path = path;
+    file.needles = std::make_shared<const DuplicateFilter::Needles>(std::move(filters));
+    file.fd.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644));
+    if (!file.fd) return std::unexpected(system_error("opening log file " + path));
+    return {};
 }
 
 void LogMux::read_available(int id) {

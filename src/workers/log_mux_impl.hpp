@@ -14,12 +14,15 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "ddprun/base/fd.hpp"
 #include "ddprun/base/line_splitter.hpp"
+#include "ddprun/workers/duplicate_filter.hpp"
 #include "ddprun/workers/line_groups.hpp"
 #include "ddprun/workers/log_mux.hpp"
 #include "ddprun/workers/stderr_tail.hpp"
@@ -28,6 +31,14 @@ namespace ddprun {
 
 struct LogMux::Impl {
     struct Stream;
+
+    // --duplicate-*-filters: the attempt's filtered_stdout.log or filtered_stderr.log,
+    // shared by every worker's streams of that kind.
+    struct FilteredFile {
+        UniqueFd fd;  // closed after a write failed
+        std::string path;
+        std::shared_ptr<const DuplicateFilter::Needles> needles;
+    };
 
     // One of ddprun's own output fds. When stdout and stderr are the same file
     // (a terminal, 2>&1) both streams share one Console, so a partial line on one
@@ -68,6 +79,9 @@ struct LogMux::Impl {
         std::string file_path;
         std::shared_ptr<StderrTail> tail;      // stderr streams only
         std::shared_ptr<LineMatcher> matcher;  // stderr streams, with --report-lines
+        // A tee'd stream, with --duplicate-*-filters: its matching lines go to `filtered`.
+        FilteredFile* filtered = nullptr;
+        std::optional<DuplicateFilter> filter;
     };
 
     struct Worker {
@@ -83,6 +97,7 @@ struct LogMux::Impl {
     // Null if `fd` cannot be watched (it is closed then). `error` keeps the first
     // failure of the worker's streams.
     std::shared_ptr<Stream> open_stream(int fd, std::string name, Console* console,
+                                        FilteredFile& filtered_file,
                                         std::shared_ptr<const std::string> prefix,
                                         const StreamSink& sink, Status& error);
 
@@ -104,6 +119,13 @@ struct LogMux::Impl {
     void carry(const std::shared_ptr<Stream>& stream, std::string_view chunk);
 
     void write_file(Stream& stream, std::string_view chunk);
+
+    // --duplicate-*-filters: the chunk's matching lines, prefixed, in one write to the
+    // stream's filtered file.
+    void duplicate(Stream& stream, std::string_view chunk);
+
+    // What filtered_output holds, to `file`, in one write.
+    void write_filtered(FilteredFile& file);
 
     // EOF (or the end of the round): the pending partial goes out, and a
     // console left mid-line by this stream gets the newline the worker never
@@ -188,6 +210,8 @@ struct LogMux::Impl {
     std::vector<const Stream*> bit_streams;
     std::unordered_map<std::uint64_t, std::string> group_prefixes;
     std::map<int, Worker> workers;
+    std::array<FilteredFile, 2> filtered;  // stdout's, stderr's
+    std::string filtered_output;           // the lines for one write to a filtered file, reused
     std::size_t open_streams = 0;
     std::size_t grown_pipes = 0;  // open pipes grown to k_grown_pipe_size
     std::size_t bytes_carried = 0;

@@ -20,6 +20,7 @@
 #include "ddprun/workers/log_mux.hpp"
 #include "ddprun/workers/oom.hpp"
 #include "ddprun/workers/spawn.hpp"
+#include "ddprun/workers/worker_output.hpp"
 
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
@@ -44,7 +45,9 @@ std::expected<std::pair<UniqueFd, UniqueFd>, Error> make_pipe() {
 }
 
 // Where round `round`'s files live: <root>/<run id>/attempt_<round>/<local rank>/ holds
-// stdout.log, stderr.log (under --log_dir) and error.json (under --log_dir or scratch).
+// stdout.log, stderr.log (under --log_dir) and error.json (under --log_dir or scratch);
+// the attempt's own directory holds filtered_stdout.log and filtered_stderr.log (under
+// --log_dir, with --duplicate-*-filters).
 std::string attempt_dir(const std::string& root, const std::string& run_id, int round) {
     return fmt::format("{}/{}/attempt_{}", root, run_id, round);
 }
@@ -65,7 +68,7 @@ struct WorkerGroup::Impl {
     int round = 0;        // DDPRUN_ROUND of the workers, for the log prefix
     bool beaten = false;  // a worker of this round wrote to its progress fd
     OomWatch oom;         // the memory cgroup's OOM kills since the round's start
-    std::shared_ptr<const LineMatcher::Patterns> report_patterns;  // --report-lines, compiled
+    std::shared_ptr<const LineMatcher::Patterns> report_patterns;  // report_patterns(); null: none
     // torch's FileTimer watchdog, decided at the first start(); null: not asked for.
     std::optional<std::unique_ptr<FileTimerServer>> file_timer;
 
@@ -137,15 +140,11 @@ Status WorkerGroup::start(int round, const RoundInfo& info) {
     // A hung Python worker's stacks come as faulthandler's dump on its stderr: keep
     // enough of it for every thread.
     if (ctx.config.hang_timeout.count() > 0) mux_options.tail_lines = 400;
-    if (!ctx.config.report_lines.empty() && !impl.report_patterns) {
-        auto patterns = std::make_shared<LineMatcher::Patterns>();
-        for (const auto& pattern : ctx.config.report_lines)  // checked by the command line
-            patterns->emplace_back(pattern, std::regex::ECMAScript | std::regex::optimize);
-        impl.report_patterns = std::move(patterns);
-    }
+    if (!impl.report_patterns) impl.report_patterns = report_patterns(ctx.config);
     mux_options.report_patterns = impl.report_patterns;
     if (ctx.config.collapse_lines) mux_options.collapse_window = ctx.config.collapse_window;
     impl.mux = std::make_unique<LogMux>(impl.io, mux_options);
+    if (auto opened = open_filtered_files(*impl.mux, ctx, error_dir); !opened) return opened;
     impl.oom.arm();
     return impl.spawn_all();
 }
@@ -190,17 +189,10 @@ Status WorkerGroup::Impl::spawn_all() {
         ++running;
 
         const int lr = w.spec.local_rank;
-        const bool shown = !config.local_ranks_filter || config.local_ranks_filter->contains(lr);
-        StreamSink out_sink, err_sink;
-        out_sink.console = shown && !(config.redirects.for_rank(lr) & kStdout);
-        err_sink.console = shown && !(config.redirects.for_rank(lr) & kStderr);
-        if (!ctx.log_dir.empty()) {
-            out_sink.file_path = w.dir + "/stdout.log";
-            err_sink.file_path = w.dir + "/stderr.log";
-        }
+        const WorkerSinks sinks = worker_sinks(ctx, lr, w.dir);
         StreamSource source{w.spec.rank, lr, w.spec.node_rank, config.role, round, ctx.host};
         if (auto added = mux->add_worker(lr, source, out->first.release(), err->first.release(),
-                                         out_sink, err_sink);
+                                         sinks.out, sinks.err);
             !added)
             return added;
     }

@@ -24,7 +24,7 @@ fail() {
 cmake --install "$build" --prefix "$scratch/first" >/dev/null
 first=$scratch/first
 for path in bin/ddprun share/man/man1/ddprun.1.gz share/bash-completion/completions/ddprun \
-  share/doc/ddprun/README.md share/doc/ddprun/copyright; do
+  share/ddprun/completion/ddprun.tcsh share/doc/ddprun/README.md share/doc/ddprun/copyright; do
   [[ -e $first/$path ]] || fail "cmake --install did not install $path"
 done
 # Every page of the manual beside the README, which links them as docs/NAME.md.

@@ -40,6 +40,7 @@ enum class NumaBinding {
     Node,       // every CPU of the GPU's NUMA node
     Socket,     // every CPU of the socket holding that node
     Exclusive,  // the node's physical cores split among the workers whose GPUs share it
+    CoreComplex,  // the CPUs that share one L3 cache (a core complex) near the GPU
 };
 
 // How the program is started.
@@ -143,6 +144,12 @@ struct LaunchConfig {
     // --report-lines: ECMAScript regexes; a failed rank's stderr lines that match
     // one are kept for its summary (stderr_tail.hpp), however far up they were.
     std::vector<std::string> report_lines;
+    // --duplicate-stdout-filters / --duplicate-stderr-filters (torchrun 2.x): a line of a
+    // tee'd stream that contains one of these is copied, prefixed, to filtered_stdout.log /
+    // filtered_stderr.log in the round's log directory, and a failed rank's matching stderr
+    // lines go in its summary as with --report-lines. Empty: none.
+    std::vector<std::string> duplicate_stdout_filters;
+    std::vector<std::string> duplicate_stderr_filters;
     // --collapse-lines / --collapse-window: lines several local ranks print alike
     // within the window are shown once with their ranks (log_mux.hpp).
     bool collapse_lines = false;

@@ -35,11 +35,15 @@ BindingPlan make_binding(std::vector<int> cpus, std::optional<int> memory_node);
 // - numa (needs gpu_nodes[i], the NUMA node of worker i's GPU): Node, the
 //   node's allowed CPUs; Socket, the allowed CPUs of the socket holding the
 //   node; Exclusive, the node's allowed cores split as above among the
-//   workers whose GPUs are on that node.
+//   workers whose GPUs are on that node; CoreComplex, the node's allowed CPUs
+//   that share one last-level (L3) cache, the workers on a node taking its
+//   complexes in turn, the fullest first (torch 2.14's order), and sharing
+//   them when there are more workers than complexes.
 // Memory prefers the GPU's node (numa), or the one node a worker's CPUs lie
 // on (cpu_split); nothing is set on a single-node machine. Both at once is an
 // error, as are nodes or sockets the topology lacks and shares that would be
-// empty; messages say what is missing and what to do.
+// empty, and CPUs whose caches sysfs does not list (CoreComplex); messages
+// say what is missing and what to do.
 std::expected<std::vector<BindingPlan>, std::string> plan_binding(NumaBinding numa, bool cpu_split,
                                                                   int workers,
                                                                   const std::vector<int>& gpu_nodes,
@@ -69,7 +73,8 @@ std::expected<std::vector<BindingPlan>, std::string> plan_node_binding(
 // worker is still correct without it.
 int apply_binding(const BindingPlan& plan) noexcept;
 
-// "node", "socket", "exclusive", "none": the --numa-binding spelling.
+// "node", "socket", "exclusive", "core-complex", "none": the --numa-binding
+// spelling.
 std::string_view numa_binding_name(NumaBinding mode);
 
 }  // namespace ddprun

@@ -1,7 +1,7 @@
-// Topology: this machine's NUMA nodes, sockets, physical cores and where a
-// PCI device (a GPU) sits, as sysfs tells it, for --numa-binding and
-// --cpu-binding (binding.hpp). Everything reads under a root path, so tests
-// build fake 1-, 2- and 8-node machines in a temp dir.
+// Topology: this machine's NUMA nodes, sockets, physical cores, last-level
+// caches and where a PCI device (a GPU) sits, as sysfs tells it, for
+// --numa-binding and --cpu-binding (binding.hpp). Everything reads under a
+// root path, so tests build fake 1-, 2- and 8-node machines in a temp dir.
 #pragma once
 
 #include <expected>
@@ -21,9 +21,13 @@ struct NumaNode {
 // What the kernel says about this machine's CPUs. Any part may be missing
 // (containers with a partial /sys, VMs without NUMA tables).
 struct Topology {
-    std::vector<NumaNode> nodes;      // by id; empty: no <sysfs>/devices/system/node/node*
-    std::map<int, int> socket;        // cpu -> physical_package_id
-    std::map<int, int> core;          // cpu -> lowest cpu of its physical core (thread siblings)
+    std::vector<NumaNode> nodes;  // by id; empty: no <sysfs>/devices/system/node/node*
+    std::map<int, int> socket;    // cpu -> physical_package_id
+    std::map<int, int> core;      // cpu -> lowest cpu of its physical core (thread siblings)
+    // cpu -> lowest cpu sharing its last-level cache: the shared_cpu_list of the
+    // highest-level data or unified cache under cpu<N>/cache/index*/ (L3 on x86
+    // servers; one per core complex on AMD EPYC, one per socket on most Intel).
+    std::map<int, int> last_level_cache;
     std::string sysfs_root = "/sys";  // where it was read, for messages
 };
 

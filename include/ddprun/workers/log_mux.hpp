@@ -1,6 +1,7 @@
 // LogMux: carries every worker's stdout/stderr from its pipe to ddprun's own
 // stdout/stderr (prefixed, whole segments, never interleaved mid-line) and to
-// per-rank log files, and keeps the tail of each worker's stderr for the
+// per-rank log files, copies the lines that --duplicate-*-filters pick to the
+// attempt's filtered files, and keeps the tail of each worker's stderr for the
 // failure report. Runs on the agent's io_context; never blocks on a pipe.
 #pragma once
 
@@ -24,7 +25,13 @@ namespace ddprun {
 struct StreamSink {
     bool console = true;    // shown on ddprun's stdout (for stdout) / stderr (for stderr)
     std::string file_path;  // empty: no file. Parent directories must exist.
+    // A tee'd stream (torchrun's --tee): its lines that hold a filter given to
+    // LogMux::duplicate_lines() are copied to that file too.
+    bool duplicate = false;
 };
+
+// Which of a worker's two streams.
+enum class WorkerStream { Stdout, Stderr };
 
 // The io_context must outlive the LogMux and be run by a single thread (the
 // agent's loop): pipes are read in their readiness handlers, and draining
@@ -62,6 +69,16 @@ class LogMux {
     // Adding an id again (next round) first drains and closes its old pipes.
     Status add_worker(int id, const StreamSource& source, int stdout_fd, int stderr_fd,
                       const StreamSink& out, const StreamSink& err);
+
+    // --duplicate-stdout-filters / --duplicate-stderr-filters (torchrun 2.x): from now
+    // on, every line of a `which` stream added with StreamSink::duplicate that contains
+    // one of `filters` (plain substrings; duplicate_filter.hpp) is also written, with its
+    // console prefix, to `path`, one file for every worker's streams of that kind (whole
+    // lines, never interleaved). Creates (truncates) the file now, as torchrun does, even
+    // if no line ever matches; fails naming it. Call before add_worker(); no filters:
+    // nothing happens.
+    Status duplicate_lines(WorkerStream which, std::vector<std::string> filters,
+                           const std::string& path);
 
     // Reads what worker `id`'s pipes hold right now, without waiting, and
     // carries it as usual (a pipe at EOF is closed). The agent calls it when a

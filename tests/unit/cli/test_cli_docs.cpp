@@ -74,6 +74,50 @@ TEST(CliDocs, EveryOptionIsInBothCompletions) {
     }
 }
 
+// The words between `start` and the next `end` in `text`, split at blanks.
+std::vector<std::string> words_between(const std::string& text, const std::string& start,
+                                       char end) {
+    auto at = text.find(start);
+    if (at == std::string::npos) return {};
+    at += start.size();
+    std::string list = text.substr(at, text.find(end, at) - at);
+    std::vector<std::string> words;
+    for (std::size_t from = 0; from < list.size();) {
+        auto blank = list.find(' ', from);
+        if (blank == std::string::npos) blank = list.size();
+        if (blank > from) words.push_back(list.substr(from, blank - from));
+        from = blank + 1;
+    }
+    return words;
+}
+
+// A tcsh rule, in whichever delimiter it was written with.
+bool has_tcsh_rule(const std::string& tcsh, char kind, const std::string& pattern) {
+    for (char delimiter : std::string("/@%"))
+        if (contains(tcsh, std::string{'\'', kind, delimiter} + pattern + delimiter)) return true;
+    return false;
+}
+
+TEST(CliDocs, EveryOptionIsInTheTcshCompletion) {
+    std::string tcsh = tcsh_completion();
+    std::vector<std::string> options = words_between(tcsh, "set _ddprun_options = (", ')');
+    // The flags the script finding the program skips alone: `case " FLAGS " in`.
+    std::vector<std::string> flags = words_between(tcsh, "case \" ", '"');
+    for (const OptionSpec& spec : k_options) {
+        for (const std::string& spelling : spellings(spec)) {
+            EXPECT_NE(std::find(options.begin(), options.end(), spelling), options.end())
+                << spelling;
+            EXPECT_EQ(std::find(flags.begin(), flags.end(), spelling) != flags.end(), is_flag(spec))
+                << spelling;
+            // A value as the next word, and after "=" for a long option.
+            EXPECT_EQ(has_tcsh_rule(tcsh, 'n', spelling), !is_flag(spec)) << spelling;
+            if (spelling.starts_with("--")) {
+                EXPECT_EQ(has_tcsh_rule(tcsh, 'c', spelling + "="), !is_flag(spec)) << spelling;
+            }
+        }
+    }
+}
+
 TEST(CliDocs, SpellingsAreBothLongFormsAndTheShortOne) {
     EXPECT_EQ(spellings(*find_option("nproc_per_node")),
               (std::vector<std::string>{"--nproc_per_node", "--nproc-per-node"}));
@@ -92,7 +136,7 @@ TEST(CliDocs, ClosedSetsOfValuesAreOffered) {
     using Kind = ValueCompletion::Kind;
     const Case cases[] = {
         {"rdzv_backend", Kind::Choices, {"static", "c10d", "etcd"}},
-        {"numa-binding", Kind::Choices, {"node", "socket", "exclusive"}},
+        {"numa-binding", Kind::Choices, {"node", "socket", "exclusive", "core-complex"}},
         {"nproc_per_node", Kind::Choices, {"gpu", "cpu", "auto"}},
         {"start_method", Kind::Choices, {"spawn", "fork", "forkserver"}},
         {"signals_to_handle", Kind::Signals, {}},
@@ -135,12 +179,33 @@ TEST(CliDocs, ZshCompletesValuesAndThenTheProgram) {
     std::string zsh = zsh_completion();
     EXPECT_TRUE(zsh.starts_with("#compdef ddprun\n"));
     EXPECT_TRUE(contains(zsh, ":(static c10d etcd)'")) << zsh;
-    EXPECT_TRUE(contains(zsh, ":(node socket exclusive)'")) << zsh;
+    EXPECT_TRUE(contains(zsh, ":(node socket exclusive core-complex)'")) << zsh;
     EXPECT_TRUE(contains(zsh, ":(gpu cpu auto)'")) << zsh;
     EXPECT_TRUE(contains(zsh, "_sequence compadd - SIGHUP")) << zsh;
     EXPECT_TRUE(contains(zsh, "'(-)1:program:_ddprun_program'")) << zsh;
     // A quote in a description must not end the spec early ("exec'd").
     EXPECT_TRUE(contains(zsh, "exec'\\''d")) << zsh;
+}
+
+TEST(CliDocs, TcshCompletesValuesAndThenTheProgram) {
+    std::string tcsh = tcsh_completion();
+    EXPECT_TRUE(contains(tcsh, "\ncomplete ddprun \\\n")) << tcsh;
+    EXPECT_TRUE(contains(tcsh, "'n/--rdzv_backend/(static c10d etcd)/' \\\n")) << tcsh;
+    EXPECT_TRUE(contains(tcsh, "'c/--rdzv-backend=/(static c10d etcd)/' \\\n")) << tcsh;
+    EXPECT_TRUE(contains(tcsh, "'n/--numa-binding/(node socket exclusive")) << tcsh;
+    EXPECT_TRUE(contains(tcsh, "'c/--log_dir=/d/' \\\n")) << tcsh;
+    EXPECT_TRUE(contains(tcsh, "'n/--hostfile/f/' \\\n")) << tcsh;
+    EXPECT_TRUE(contains(tcsh, "'n/--master_addr/x:ADDR/' \\\n")) << tcsh;
+    EXPECT_TRUE(contains(tcsh, "'c/--signals_to_handle=*,/(SIGHUP ")) << tcsh;
+    EXPECT_TRUE(contains(tcsh, "'c/SIG*,/(SIGHUP ")) << tcsh;
+    // tcsh takes the first rule that matches: a signal after a comma before
+    // the value rules, those before ddprun's options, files last.
+    std::string options_rule =
+        "'C@-@`sh -c \"$_ddprun_before_program\" && echo $_ddprun_options`@' \\\n    'p/*/f/'\n";
+    EXPECT_TRUE(tcsh.ends_with(options_rule)) << tcsh;
+    EXPECT_LT(tcsh.find("'c/SIG*,/"), tcsh.find("'n/--signals_to_handle/")) << tcsh;
+    EXPECT_LT(tcsh.rfind("'n/"), tcsh.find("'C@-@")) << tcsh;
+    EXPECT_LT(tcsh.rfind("'c/--"), tcsh.find("'C@-@")) << tcsh;
 }
 
 TEST(CliDocs, ManPageHasTheContractSections) {

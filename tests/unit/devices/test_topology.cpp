@@ -5,17 +5,17 @@
 
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <fstream>
-
 #include "ddprun/devices/binding.hpp"
+#include "devices/fake_sysfs.hpp"
 
 namespace ddprun {
 namespace {
 
-namespace fs = std::filesystem;
-using Strings = std::vector<std::string>;
-using Cpus = std::vector<int>;
+using testing::Cpus;
+using testing::describe;
+using testing::FakeSysfsTree;
+using testing::range;
+using testing::Strings;
 
 TEST(CpuList, Parses) {
     struct Case {
@@ -63,34 +63,9 @@ TEST(PciBusId, Normalizes) {
     for (const auto& [in, out] : cases) EXPECT_EQ(normalize_pci_bus_id(in), out) << in;
 }
 
-// A /sys tree in a temp dir with just the files ddprun reads.
-class FakeSysfs : public testing::Test {
+// The 1-, 2- and 8-node machines of these tests.
+class FakeSysfs : public FakeSysfsTree {
   protected:
-    void SetUp() override {
-        m_root = fs::temp_directory_path() /
-                 ("ddprun-sysfs-" + std::to_string(::getpid()) + "-" +
-                  testing::UnitTest::GetInstance()->current_test_info()->name());
-        fs::remove_all(m_root);
-        fs::create_directories(m_root);
-    }
-    void TearDown() override { fs::remove_all(m_root); }
-
-    void write(const fs::path& relative, const std::string& text) {
-        fs::create_directories((m_root / relative).parent_path());
-        std::ofstream(m_root / relative) << text << "\n";
-    }
-    void node(int id, const std::string& cpulist) {
-        write(fmt::format("devices/system/node/node{}/cpulist", id), cpulist);
-    }
-    void cpu(int id, int socket, const std::string& siblings) {
-        write(fmt::format("devices/system/cpu/cpu{}/topology/physical_package_id", id),
-              std::to_string(socket));
-        write(fmt::format("devices/system/cpu/cpu{}/topology/thread_siblings_list", id), siblings);
-    }
-    void pci(const std::string& bus, int numa_node) {
-        write("bus/pci/devices/" + bus + "/numa_node", std::to_string(numa_node));
-    }
-
     // A workstation: one node, 4 cores with 2 threads (siblings i, i+4); its
     // GPU's numa_node says -1, as single-node firmware often does.
     void one_node_machine() {
@@ -122,34 +97,7 @@ class FakeSysfs : public testing::Test {
     static std::string eight_node_gpu(int g) {
         return fmt::format("0000:{:02x}:00.0", 0x11 * (g + 1));
     }
-
-    Topology topology() const { return read_topology(m_root.string()); }
-
-    static NodeResources gpus(const Strings& bus_ids) {
-        NodeResources resources;
-        for (std::size_t i = 0; i < bus_ids.size(); ++i)
-            resources.devices.push_back(std::to_string(i));
-        resources.device_pci_bus_ids = bus_ids;
-        return resources;
-    }
-
-    fs::path m_root;
 };
-
-// "cpus@node" per worker, "cpus" when no memory node is set.
-Strings describe(const std::vector<BindingPlan>& plans) {
-    Strings out;
-    for (const BindingPlan& plan : plans)
-        out.push_back(format_cpu_list(plan.cpus) +
-                      (plan.memory_node ? fmt::format("@{}", *plan.memory_node) : ""));
-    return out;
-}
-
-Cpus range(int first, int last) {
-    Cpus cpus;
-    for (int cpu = first; cpu <= last; ++cpu) cpus.push_back(cpu);
-    return cpus;
-}
 
 TEST_F(FakeSysfs, ReadsNodesSocketsAndCores) {
     two_node_machine();

@@ -240,5 +240,21 @@ TEST(RankPlan, FormatPlanShowsEveryRankAndTheRule) {
     EXPECT_EQ(rows, 4);
 }
 
+// torchrun's ${local_rank} macro, in the program's arguments (not the command's first word).
+TEST(RankPlan, LocalRankMacroInTheArgumentsAsTorchrun) {
+    LaunchConfig c = basic_config(2);
+    c.program = "./train${local_rank}";
+    c.args = {"--out=/ckpt/${local_rank}", "$local_rank", "$$HOME", "plain"};
+    auto workers = plan_node(c, {}, round_of({2, 2}, 1), {}, "/e");
+    ASSERT_EQ(workers.size(), 2u);
+    EXPECT_EQ(workers[1].argv, (std::vector<std::string>{"./train${local_rank}", "--out=/ckpt/1",
+                                                         "1", "$HOME", "plain"}));
+    c.program_kind = ProgramKind::PythonFile;
+    c.program = "t.py";
+    c.args = {"${local_rank}"};
+    workers = plan_node(c, {}, round_of({2}, 0), {}, "/e");
+    EXPECT_EQ(workers[0].argv.back(), "0");
+}
+
 }  // namespace
 }  // namespace ddprun

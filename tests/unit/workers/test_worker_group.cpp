@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "ddprun/base/process_tree.hpp"
 #include "ddprun/base/signal_reader.hpp"
@@ -201,6 +202,89 @@ TEST_F(WorkerGroupTest, LogFilesFollowTorchrunsLayoutAndStaleErrorFilesAreRemove
                   fmt::format("line 0 rank {0}\nline 1 rank {0}\n", lr));
         EXPECT_EQ(testing::read_file(attempt / "stderr.log"), fmt::format("err 0 rank {}\n", lr));
     }
+}
+
+// The lines of a file, by the "[rank]: " prefix they start with, in the file's order.
+std::map<std::string, std::vector<std::string>> lines_by_prefix(const std::string& text) {
+    std::map<std::string, std::vector<std::string>> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        lines[line.substr(0, line.find(' ') + 1)].push_back(line);
+    return lines;
+}
+
+// torchrun's --duplicate-*-filters: a tee'd stream's lines that hold a filter, prefixed
+// as on the console, in one file per attempt; a stream not tee'd contributes nothing.
+TEST_F(WorkerGroupTest, DuplicateFiltersCopyTeedLinesToTheAttemptsFiles) {
+    const auto logs = dir.path() / "logs";
+    make_group(2,
+               {"partial", "apple {rank}\npear {rank}\n", "partial", "orange and apple {rank}\n",
+                "partial-stderr", "boom {rank}\nquiet {rank}\n", "partial", "orange {rank}"},
+               [&](LaunchContext& c) {
+                   c.log_dir = logs.string();
+                   c.config.rdzv_id = "dup";
+                   c.config.tee.per_rank = {{0, kBoth}, {1, kStdout}};
+                   c.config.duplicate_stdout_filters = {"apple", "orange"};
+                   c.config.duplicate_stderr_filters = {"boom"};
+               });
+    for (int round = 0; round < 2; ++round) {
+        SCOPED_TRACE(round);
+        exits.clear();
+        ASSERT_TRUE(start(round));
+        ASSERT_TRUE(run_until_exited());
+        EXPECT_TRUE(group->finish().empty());
+        const auto attempt = logs / fmt::format("dup/attempt_{}", round);
+        using Lines = std::vector<std::string>;
+        const auto out = lines_by_prefix(testing::read_file(attempt / "filtered_stdout.log"));
+        EXPECT_EQ(out.size(), 2u) << testing::read_file(attempt / "filtered_stdout.log");
+        for (int rank = 0; rank < 2; ++rank) {
+            const std::string prefix = fmt::format("[{}]: ", rank);
+            auto it = out.find(prefix);
+            ASSERT_NE(it, out.end()) << rank;
+            // The last line came without newline: it gets one, the file holds whole lines.
+            EXPECT_EQ(it->second, (Lines{prefix + fmt::format("apple {}", rank),
+                                         prefix + fmt::format("orange and apple {}", rank),
+                                         prefix + fmt::format("orange {}", rank)}));
+        }
+        EXPECT_EQ(testing::read_file(attempt / "filtered_stderr.log"), "[0]: boom 0\n")
+            << "rank 1's stderr is not tee'd";
+        EXPECT_THAT(console.err(), HasSubstr("[1]: boom 1\n")) << "the console shows it as ever";
+    }
+}
+
+TEST_F(WorkerGroupTest, WithoutFiltersThereAreNoFilteredFiles) {
+    const auto logs = dir.path() / "logs";
+    make_group(1, {"partial", "apple\n", "partial-stderr", "boom\n"}, [&](LaunchContext& c) {
+        c.log_dir = logs.string();
+        c.config.rdzv_id = "dup";
+        c.config.tee.all = kBoth;
+        c.config.duplicate_stdout_filters = {"apple"};  // stderr's: none
+    });
+    ASSERT_TRUE(start());
+    ASSERT_TRUE(run_until_exited());
+    EXPECT_TRUE(group->finish().empty());
+    EXPECT_EQ(testing::read_file(logs / "dup/attempt_0/filtered_stdout.log"), "[0]: apple\n");
+    EXPECT_FALSE(std::filesystem::exists(logs / "dup/attempt_0/filtered_stderr.log"));
+}
+
+// The failure report takes a failed rank's stderr lines that a filter picks, as
+// --report-lines' matches; the filter is a plain string, whatever regex characters it holds.
+TEST_F(WorkerGroupTest, AFailedRanksFilteredStderrLinesAreItsReportLines) {
+    make_group(2,
+               {"if-rank", "1", "partial-stderr", "a boom (x)\nboom\nbom (x)\nkaboom (x) again\n",
+                "if-rank", "1", "stderr", "100", "if-rank", "1", "exit", "3"},
+               [&](LaunchContext& c) {
+                   c.config.duplicate_stderr_filters = {"boom (x)", "NCCL"};
+                   c.config.report_lines = {"^bo+m$"};
+               });
+    ASSERT_TRUE(start());
+    ASSERT_TRUE(run_until_exited());
+    group->finish();
+    ASSERT_EQ(exits.count(1), 1u);
+    EXPECT_EQ(exits[1].report_lines,
+              (std::vector<std::string>{"a boom (x)", "boom", "kaboom (x) again"}));
+    EXPECT_EQ(exits[1].report_lines_total, 3u);
+    EXPECT_FALSE(exits[0].failed());
 }
 
 TEST_F(WorkerGroupTest, ADirectoryThatCannotBeMadeIsAUsageErrorNamingIt) {
