@@ -117,10 +117,6 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
     config.stop_signals = *parse_signal_list(std::string(k_default_signals));
 
     b.set("run_path", run_path, parse_switch);
-    if (run_path)
-        b.fail(b.find("run_path")
-                   ->error_hint("not supported by ddprun",
-                                "run the program directly, e.g. ddprun ./train.py"));
     NnodesRange nnodes;
     b.set("nnodes", nnodes, parse_nnodes);
     config.min_nnodes = nnodes.min;
@@ -196,6 +192,15 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
             b.find("no_python")
                 ->error_hint(fmt::format("cannot be combined with {}", b.find("module")->shown()),
                              "a module needs Python; drop one of them"));
+    // torchrun's --run_path runs the program as a Python file (runpy.run_path in each
+    // worker) whatever its name: a worker `python3 -u PROGRAM` does the same.
+    const std::pair<const char*, bool> python_kinds[] = {{"module", module},
+                                                         {"no_python", no_python}};
+    for (const auto& [other, on] : python_kinds)
+        if (run_path && on)
+            b.fail(b.find(other)->error_hint(
+                fmt::format("cannot be combined with {}", b.find("run_path")->shown()),
+                "--run_path runs the program as a Python file; drop one of them"));
     b.set("virtual_local_rank", config.virtual_local_rank, parse_switch);
     b.set("use_env", use_env, parse_switch);
     b.set("all-devices", config.all_devices, parse_switch);
@@ -256,7 +261,7 @@ std::expected<LaunchConfig, Error> build_config(const Settings& settings,
             config.forward_signals.push_back(signal);
     if (module)
         config.program_kind = ProgramKind::PythonModule;
-    else if (config.program.ends_with(".py") && !no_python)
+    else if (run_path || (config.program.ends_with(".py") && !no_python))
         config.program_kind = ProgramKind::PythonFile;
     return config;
 }

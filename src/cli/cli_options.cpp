@@ -87,7 +87,7 @@ constexpr OptionSpec k_option_table[] = {
     {"print_completion", 0, "bash|zsh|tcsh", EnvDefault::None, k_torchrun,
      "print a completion script for the shell"},
     {"run_path", 0, "", EnvDefault::Torchrun, k_torchrun,
-     "not supported: run the program directly"},
+     "run PROGRAM as a Python file whatever its name"},
     // torch.distributed.launch's switch to environment variables, which is all
     // ddprun does: accepted so old launch lines keep working.
     {"use_env", 0, "", EnvDefault::None, "", ""},

@@ -748,9 +748,9 @@ TEST(CliRejects, ProgramAndWorkers) {
         {{"--", ""}, {}, {"empty"}},
         {{"-m", "--no_python", "pkg"}, {}, {"--no_python", "-m"}},
         {{"--module", "pkg"}, {{"PET_NO_PYTHON", "1"}}, {"PET_NO_PYTHON=1", "--module"}},
-        {{"--run_path", "x.py"}, {}, {"--run_path", "not supported", "directly"}},
-        {{"--run-path", "x.py"}, {}, {"--run-path", "not supported"}},
-        {{"x.py"}, {{"PET_RUN_PATH", "1"}}, {"PET_RUN_PATH=1", "not supported"}},
+        {{"--run_path", "-m", "pkg"}, {}, {"-m", "--run_path", "Python file"}},
+        {{"--run-path", "--no_python", "x"}, {}, {"--no_python", "--run-path"}},
+        {{"--no_python", "x"}, {{"PET_RUN_PATH", "1"}}, {"PET_RUN_PATH=1", "--no_python"}},
         {{"--role=", "./t"}, {}, {"--role", "empty"}},
         {{"--role", " ", "./t"}, {}, {"--role", "empty"}},
     });

@@ -132,5 +132,12 @@ TEST(TorchVariables, AreReadAfterTheFlagAndPet) {
               9200);
 }
 
+TEST(TorchrunRunPath, RunsTheProgramAsAPythonFileWhateverItsName) {
+    EXPECT_EQ(parse_ok({"--run_path", "train", "--lr=1"}).program_kind, ProgramKind::PythonFile);
+    EXPECT_EQ(parse_ok({"--run-path", "x.py"}).program_kind, ProgramKind::PythonFile);
+    EXPECT_EQ(parse_ok({"train"}, {{"PET_RUN_PATH", "1"}}).program_kind, ProgramKind::PythonFile);
+    EXPECT_EQ(parse_ok({"train"}).program_kind, ProgramKind::Executable);
+}
+
 }  // namespace
 }  // namespace ddprun
