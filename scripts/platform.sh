@@ -8,6 +8,8 @@
 #   bash scripts/platform.sh sid --build   # make the root and build, run no test
 #   bash scripts/platform.sh sid --shell   # a shell in the prepared root
 #   bash scripts/platform.sh sid --prepare # only make (or check) the root
+#   DDPRUN_PLATFORM_TESTS='^TorchTitan\.' bash scripts/platform.sh sid
+#                                          # only the tests whose CTest name matches
 #
 # The root is cached under $DDPRUN_PLATFORM_ROOTS (default
 # /var/cache/ddprun/platforms) and made anew when this script's package list
@@ -21,8 +23,11 @@
 # the store plugin and the c10d store, multi-node and elastic jobs over c10d,
 # Python and torch workers, the FileTimer, the known-error hints, the worker
 # environment against the platform's torchrun, the CLI, and every unit test);
-# with --full, every unit and integration test. Every mount made here is undone
-# on exit, and every process still running in the root is ended by pid. Root only.
+# with --full, every unit and integration test. DDPRUN_PLATFORM_TESTS, a CTest
+# -R regex (a gtest name: 'TorchrunOptions\.|TorchTitan\.'), narrows either set
+# to the tests it matches, after the same full build; none matching is a
+# failure. Every mount made here is undone on exit, and every process still
+# running in the root is ended by pid. Root only.
 set -euo pipefail
 # The whole script is one function, read before it runs: an edit to this file
 # while it runs (a long build) cannot change what the running copy does.
@@ -275,6 +280,10 @@ if ((full)); then
 else
   say "running the tests labelled platform (the whole suite: --full)"
   labels=(-L '^platform$')
+fi
+if [[ -n ${DDPRUN_PLATFORM_TESTS:-} ]]; then
+  say "only the tests matching '$DDPRUN_PLATFORM_TESTS' (DDPRUN_PLATFORM_TESTS)"
+  labels+=(-R "$DDPRUN_PLATFORM_TESTS" --no-tests=error)
 fi
 if ! in_root timeout --kill-after=30 2400 \
   ctest --test-dir /ddprun/build --output-on-failure -j2 --timeout 300 "${labels[@]}" -E '_NOT_BUILT'; then

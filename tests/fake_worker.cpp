@@ -29,6 +29,9 @@
 //   wait-file <path>        wait (30 s at most) until <path> exists; exit 97 if it never does
 //   ready <path>            create <path> (so a test knows the worker runs this far)
 //   spawn-grandchild [setsid]  fork a child that sleeps forever (after setsid())
+//   vfork-sleep <seconds>   vfork() a child that sleeps <seconds>, then _exit(0)s: meanwhile
+//                           this process waits in the kernel in state D (uninterruptible
+//                           sleep, though SIGKILL still ends it), then goes on
 //   env                     print the launcher's variables as KEY=VALUE, "<unset>" if unset
 //   getenv <name>           print "<name>=<value>" ("<unset>" if unset), e.g. SLURM_JOB_ID
 //   args                    print "argc=<n>" and "argv[<i>]=<value>" for i >= 1, then stop
@@ -67,6 +70,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -291,6 +295,46 @@ void spawn_grandchild(bool new_session) {
     }
     // Recorded by the parent so the pid is in the file before any later action runs.
     record_pid(pid, new_session ? "grandchild setsid" : "grandchild");
+}
+
+void vfork_sleep(double seconds) {
+    // Everything the child needs is ready before the vfork: it shares this process's
+    // memory and stack until it exits, so it only makes system calls.
+    const char* path = std::getenv("FAKE_WORKER_PIDFILE");
+    const int pidfile =
+        path && *path ? ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+    const auto whole = static_cast<time_t>(seconds);
+    const timespec duration{whole, static_cast<long>((seconds - static_cast<double>(whole)) * 1e9)};
+    pid_t pid = ::vfork();
+    if (pid < 0) usage("vfork failed");
+    if (pid == 0) {
+        if (pidfile >= 0) {
+            // "<pid> vfork child\n", by hand: no allocation in a vfork child.
+            char digits[16];
+            int count = 0;
+            pid_t self = ::getpid();
+            do {
+                digits[count++] = static_cast<char>('0' + self % 10);
+                self /= 10;
+            } while (self > 0);
+            char line[32];
+            std::size_t length = 0;
+            while (count > 0) line[length++] = digits[--count];
+            static constexpr char k_what[] = " vfork child\n";
+            std::memcpy(line + length, k_what, sizeof k_what - 1);
+            length += sizeof k_what - 1;
+            ssize_t ignored = ::write(pidfile, line, length);
+            (void)ignored;
+        }
+        timespec left = duration;
+        while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
+        }
+        ::_exit(0);
+    }
+    if (pidfile >= 0) ::close(pidfile);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
 }
 
 void print_env() {
@@ -566,7 +610,7 @@ class Interpreter {
             "exit",       "raise",           "sleep",       "ignore",           "trap",
             "trap-exit",  "wait-file",       "ready",       "write-error-file", "huge-line",
             "allocate",   "save-on-term",    "save-marker", "getenv",           "beat",
-            "beat-storm", "beat-background", "slow-while",
+            "beat-storm", "beat-background", "slow-while",  "vfork-sleep",
         };
         if (std::find(std::begin(k_with_value), std::end(k_with_value), action) ==
             std::end(k_with_value)) {
@@ -641,6 +685,12 @@ class Interpreter {
             double seconds = std::strtod(value.c_str(), &end);
             if (end == value.c_str() || *end != '\0' || seconds < 0) usage("bad sleep: " + value);
             sleep_for(std::chrono::duration<double>(seconds));
+        } else if (action == "vfork-sleep") {
+            char* end = nullptr;
+            double seconds = std::strtod(value.c_str(), &end);
+            if (end == value.c_str() || *end != '\0' || seconds < 0)
+                usage("bad vfork-sleep: " + value);
+            vfork_sleep(seconds);
         } else if (action == "save-on-term") {
             char* end = nullptr;
             double seconds = std::strtod(value.c_str(), &end);

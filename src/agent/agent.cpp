@@ -130,6 +130,7 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     } else {
         log_workers_started();
         watch_hangs();
+        watch_uninterruptible();
     }
     spdlog::debug("round {}: {} worker(s) started, MASTER_ADDR={} MASTER_PORT={}", round,
                   workers.running(), info.master_addr, info.master_port);

@@ -24,6 +24,7 @@
 #include "ddprun/fanout/lifeline.hpp"
 #include "ddprun/hang/hang_monitor.hpp"
 #include "ddprun/hang/stacks.hpp"
+#include "ddprun/hang/uninterruptible.hpp"
 #include "ddprun/metrics/metrics_server.hpp"
 #include "ddprun/workers/health_check.hpp"
 
@@ -228,6 +229,15 @@ struct Agent::Impl {
     void end_hang_stop();
     // After a hung round: every worker's stacks to --log_dir, and the summary's lines.
     void keep_hang_stacks();
+
+    // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT (agent_uninterruptible.cpp): while a round
+    // runs, a timer looks at the workers' states; one in D for the timeout gives the round up
+    // on every node (exit kUnhealthy), no restart.
+    std::optional<UninterruptibleSetting> uninterruptible;  // read at the first round
+    std::optional<UninterruptibleWatch> d_state_watch;
+    std::unique_ptr<asio::steady_timer> d_state_timer;
+    void watch_uninterruptible();  // at the round's start
+    void look_for_uninterruptible();
 };
 
 }  // namespace ddprun

@@ -217,10 +217,6 @@ TEST_F(TorchrunOptions, EveryOptionTorchrunListsIsAccepted) {
             }
         }
     }
-    EXPECT_TRUE(refusals.empty()) << refusals.size() << " of " << runs
-                                  << " spellings and values of torchrun " << parser->torch_version
-                                  << "'s options refused:\n  " << joined(refusals, "\n  ");
-
     // Options this torchrun predates (torch 1.13 has no --numa-binding, for one):
     // not checked here, they are against a newer torch (scripts/platform.sh sid).
     std::set<std::string> known(k_prints_and_exits);
@@ -236,6 +232,10 @@ TEST_F(TorchrunOptions, EveryOptionTorchrunListsIsAccepted) {
             "not checked here, as torchrun %s does not list them (a newer torchrun's options, "
             "checked where it runs): %s\n",
             parser->torch_version.c_str(), joined(not_listed, ", ").c_str());
+    std::fflush(stdout);  // before gtest's failure text, on stderr
+    EXPECT_TRUE(refusals.empty()) << refusals.size() << " of " << runs
+                                  << " spellings and values of torchrun " << parser->torch_version
+                                  << "'s options refused:\n  " << joined(refusals, "\n  ");
 }
 
 class TorchTitan : public IntegrationTest {};

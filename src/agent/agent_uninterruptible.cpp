@@ -1,0 +1,77 @@
+// Workers stuck in uninterruptible sleep (see agent_impl.hpp, uninterruptible.hpp):
+// with torch's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT set, a timer looks at
+// this node's running workers' /proc/PID/stat while a round runs. A worker in
+// state D for the timeout is wedged in the kernel and holds what a restarted
+// worker would need (a GPU, a NIC): as torch marks the group UNHEALTHY and
+// disables its restarts, the round is given up on every node, whatever
+// --max_restarts says, with one line that names the rank, its pid and how long.
+#include <signal.h>
+
+#include "agent_impl.hpp"
+#include "ddprun/base/logging.hpp"
+
+namespace ddprun {
+
+namespace {
+
+double seconds(std::chrono::steady_clock::duration duration) {
+    return std::chrono::duration<double>(duration).count();
+}
+
+}  // namespace
+
+void Agent::Impl::watch_uninterruptible() {
+    if (!uninterruptible) {
+        uninterruptible = uninterruptible_setting(ctx.env);
+        if (!uninterruptible->warning.empty()) spdlog::warn("{}", uninterruptible->warning);
+    }
+    d_state_timer.reset();  // a previous round's look, if still pending, is cancelled with it
+    if (!uninterruptible->timeout) return;
+    d_state_watch.emplace(*uninterruptible->timeout);
+    d_state_timer = std::make_unique<asio::steady_timer>(io);
+    look_for_uninterruptible();
+}
+
+void Agent::Impl::look_for_uninterruptible() {
+    if (phase != Phase::Running) return;  // stopping already: nothing to give up
+    // The kernel sends no event when a process enters or stays in D: reading
+    // /proc/PID/stat now and then is the only way to tell.
+    const auto running = workers.running_workers();
+    std::vector<UninterruptibleWatch::Seen> seen;
+    for (const auto& w : running) seen.push_back({w.pid, read_proc_state(w.pid)});
+    const auto looked = d_state_watch->look(seen, UninterruptibleWatch::Clock::now());
+    auto describe = [&](pid_t pid) {
+        for (const auto& w : running)
+            if (w.pid == pid) return fmt::format("rank {} (pid {})", w.rank, pid);
+        return fmt::format("pid {}", pid);
+    };
+    for (pid_t pid : looked.entered)
+        spdlog::debug("{} is in uninterruptible sleep (D state); the job stops if it stays {:g} s",
+                      describe(pid), seconds(*uninterruptible->timeout));
+    if (!looked.stuck.empty()) {
+        const auto& first = looked.stuck.front();
+        std::string also;
+        for (std::size_t i = 1; i < looked.stuck.size(); ++i)
+            also += fmt::format("{}{} for {:.1f} s", also.empty() ? "; also " : ", ",
+                                describe(looked.stuck[i].pid), seconds(looked.stuck[i].dwell));
+        const std::string message = fmt::format(
+            "{} on {} has been in uninterruptible sleep (D state) for {:.1f} s{} "
+            "({}={}): wedged in the kernel (a driver, a device, a file system); the job "
+            "stops without a restart",
+            describe(first.pid), describe_node(), seconds(first.dwell), also,
+            k_uninterruptible_variable, uninterruptible->value);
+        // As for a worker's failure: this node's workers stop at once (their exits are
+        // ddprun's doing from here on); the abort comes back as the round's stop, on every
+        // node, which prints `message` and exits kUnhealthy without a restart. Should
+        // another node's failure have stopped the round first, that stop is the job's.
+        begin_stop(SIGTERM);
+        cluster->abort(message, exit_code::kUnhealthy);
+        return;  // no more looks this round
+    }
+    d_state_timer->expires_after(uninterruptible_look_period(*uninterruptible->timeout));
+    d_state_timer->async_wait([this](boost::system::error_code ec) {
+        if (!ec) look_for_uninterruptible();
+    });
+}
+
+}  // namespace ddprun
