@@ -1998,7 +1998,7 @@ std::vector<BadInput> bad_combinations() {
         {"ModuleAndNoPython", {"-m", "--no_python"}, {}, "--no_python"},
         {"QuietAndVerbose", {"-q", "-v"}, {}, "-q"},
         {"CpuAndNumaBinding", {"--cpu-binding", "--numa-binding=node"}, {}, "--cpu-binding"},
-        {"RunPath", {"--run_path"}, {}, "--run_path"},
+        {"RunPathAndModule", {"--run_path", "-m"}, {}, "--run_path"},
         {"UnknownFlag", {"--frobnicate"}, {}, "--frobnicate"},
         {"MisspelledFlag", {"--nprocs_per_node=2"}, {}, "--nproc_per_node"},
         {"SingleDashLongFlag", {"-nproc_per_node=2"}, {}, "--nproc_per_node"},
