@@ -55,6 +55,23 @@ def _honour_use_libuv():
         if getattr(module, "TCPStore", None) is original:
             module.TCPStore = tcp_store
 
+    # torch 2.x's c10d rendezvous hosts a second store for the workers (the agent
+    # store they share) through dist.TCPStore, with libuv's default as well.
+    import torch.distributed.elastic.rendezvous.dynamic_rendezvous as dynamic
+
+    handler = dynamic.DynamicRendezvousHandler
+    if hasattr(handler, "_create_tcp_store_server"):
+        hosts = handler._create_tcp_store_server
+
+        def create_tcp_store_server(self, *args, **kwargs):
+            dynamic.dist.TCPStore = tcp_store
+            try:
+                return hosts(self, *args, **kwargs)
+            finally:
+                dynamic.dist.TCPStore = original
+
+        handler._create_tcp_store_server = create_tcp_store_server
+
 
 # use_libuv is a TCPStore argument from torch 2.2 on; before, there is nothing to honour.
 if "use_libuv" in (torch.distributed.TCPStore.__init__.__doc__ or ""):

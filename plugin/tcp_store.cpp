@@ -534,6 +534,32 @@ void copy_error(const std::string& message, char* error, std::size_t error_len) 
     error[n] = '\0';
 }
 
+// ddprun speaks for itself in one-line messages; c10d's glog lines stay off unless the
+// user asks for them the way torch documents.
+void quiet_c10d() {
+    static std::once_flag quiet;
+    std::call_once(quiet, [] {
+        if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 4;
+    });
+}
+
+// See ddprun_tcp_store_defaults_start_v1. (A template, as use_the_classic_server.)
+template <class Options>
+bool defaults_start(Options& options) {
+    if constexpr (requires { options.useLibUV; }) {
+        if (!options.useLibUV) return true;
+        options.port = 0;
+        options.isServer = true;
+        options.waitWorkers = false;
+        try {
+            c10d::TCPStore probe(k_loopback, options);
+        } catch (...) {
+            return !contains(classify_current_exception().second, "libuv");
+        }
+    }
+    return true;
+}
+
 }  // namespace
 
 // Which libtorch this plugin was built against, for --version and for the message when
@@ -541,17 +567,27 @@ void copy_error(const std::string& message, char* error, std::size_t error_len) 
 extern "C" __attribute__((visibility("default"), used)) const char ddprun_store_torch_version[] =
     "ddprun-store-plugin built against libtorch " TORCH_VERSION;
 
+// Whether a TCPStore made with c10d's defaults starts with this libtorch: false where
+// they ask for the libuv server and this build has none (Debian's torch 2.x). The
+// workers' torch makes its client of the agent's store that way (torch 2.14's
+// rendezvous.py drops use_libuv there), so the agent shares its store only where
+// this holds (docs/environment.md). The check c10d makes comes before any socket;
+// a throwaway server on a free loopback port is how to reach it, libtorch exports
+// no other (is_libuv_tcpstore_backend_available is internal).
+extern "C" __attribute__((visibility("default"))) int ddprun_tcp_store_defaults_start_v1() {
+    static_assert(std::is_same_v<decltype(&ddprun_tcp_store_defaults_start_v1),
+                                 ddprun::StorePluginDefaultsStart>);
+    quiet_c10d();
+    c10d::TCPStoreOptions options;
+    return defaults_start(options) ? 1 : 0;
+}
+
 extern "C" __attribute__((visibility("default"))) ddprun::Store* ddprun_open_tcp_store_v4(
     const char* host, int port, int is_server, long timeout_ms, int* error_kind, char* error,
     std::size_t error_len) {
     static_assert(std::is_same_v<decltype(&ddprun_open_tcp_store_v4), ddprun::StorePluginEntry>);
     try {
-        // ddprun speaks for itself in one-line messages; c10d's glog lines
-        // stay off unless the user asks for them the way torch documents.
-        static std::once_flag quiet;
-        std::call_once(quiet, [] {
-            if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 4;
-        });
+        quiet_c10d();
         return new TcpStore(host != nullptr ? host : "", port, is_server != 0,
                             std::chrono::milliseconds(timeout_ms));
     } catch (const StoreError& e) {

@@ -19,6 +19,7 @@
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/scratch_dir.hpp"
 #include "ddprun/base/signals.hpp"
+#include "ddprun/plan/worker_store.hpp"
 #include "ddprun/report/round_report.hpp"
 
 namespace ddprun {
@@ -105,6 +106,27 @@ std::expected<RoundInfo, int> Agent::Impl::join() {
     return **joined;
 }
 
+Status Agent::Impl::host_worker_store(const RoundInfo& info) {
+    // The last round's goes first: its workers are gone on every node (the join waited
+    // for them), and a fixed --master_port is the same port.
+    worker_store.reset();
+    if (!info.agent_store || node_rank != 0) return {};
+    try {
+        // On the loop, as the workers' start: it binds on this host and connects over
+        // loopback (milliseconds), never waiting on a peer.
+        worker_store =
+            open_tcp_store({"", info.master_port, true, ctx.config.rendezvous.read_timeout});
+        spdlog::debug("round {}: the workers' store listens on MASTER_PORT={}", round,
+                      info.master_port);
+        return {};
+    } catch (const StoreError& e) {
+        return std::unexpected(rendezvous_error(fmt::format(
+            "cannot host the workers' store at MASTER_PORT={} ({}); or set {}=1 to have "
+            "rank 0 host it",
+            info.master_port, e.what(), k_share_store_variable)));
+    }
+}
+
 RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     phase = Phase::Running;
     stop_signal = 0;
@@ -113,7 +135,8 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     if (hang_stop && hang_stop->capture.joinable()) hang_stop->capture.join();
     hang_stop.reset();
     watch_progress();
-    auto started = workers.start(round, info);
+    Status started = host_worker_store(info);
+    if (started) started = workers.start(round, info);
     if (!started) {
         spdlog::error("{}", started.error().message);
         cluster->abort(fmt::format("node {} ({}) could not start its workers: {}", node_rank,

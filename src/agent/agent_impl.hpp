@@ -26,6 +26,7 @@
 #include "ddprun/hang/stacks.hpp"
 #include "ddprun/hang/uninterruptible.hpp"
 #include "ddprun/metrics/metrics_server.hpp"
+#include "ddprun/store/store.hpp"
 #include "ddprun/workers/health_check.hpp"
 
 namespace ddprun {
@@ -60,6 +61,9 @@ struct Agent::Impl {
     std::optional<SignalReader> signals;
     SignalCopies signal_copies;
     std::optional<PortReservation> port;  // MASTER_PORT, held for the round
+    // Node 0's, where the round's workers share the agent's store (worker_store.hpp): a
+    // TCPStore at MASTER_PORT, kept until the next round replaces it or the agent ends.
+    std::unique_ptr<Store> worker_store;
 
     enum class Phase {
         Connecting,
@@ -155,6 +159,8 @@ struct Agent::Impl {
     std::optional<int> open();
     int run_rounds();  // every round, until the job's exit code is known
     std::expected<RoundInfo, int> join();
+    // Node 0 hosts the workers' store of a round that shares it (worker_store.hpp).
+    Status host_worker_store(const RoundInfo& info);
     RoundResult run_round(const RoundInfo& info);
     RoundResult round_result();
     // The failure's box (this node's, or the job's where one console is shared);

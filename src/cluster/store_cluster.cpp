@@ -16,6 +16,8 @@
 #include "ddprun/base/signals.hpp"
 #include "ddprun/cluster/cluster.hpp"
 #include "ddprun/cluster/coordinator.hpp"
+#include "ddprun/plan/worker_store.hpp"
+#include "ddprun/store/store.hpp"
 #include "ddprun/workers/worker_group.hpp"
 #include "store_options.hpp"
 
@@ -205,7 +207,14 @@ void StoreCluster::open(Opened done) {
     // The thread reaches the cluster (`this`) only under the attempt's lock, after checking
     // that it was not abandoned: the cluster may be gone by the time a store call returns.
     m_opener = std::thread([this, &io = m_io, attempt = m_open_attempt, opts, may_fall_back,
-                            config = m_ctx.config, done = std::move(done)]() mutable {
+                            config = m_ctx.config, env = m_ctx.env,
+                            done = std::move(done)]() mutable {
+        // Here, not on the loop: the answer loads the store's plugin (libtorch).
+        WorkerStoreChoice worker_store =
+            choose_worker_store(!opts.etcd, env, tcp_store_defaults_start);
+        opts.me.fingerprint.agent_store = worker_store.agent_hosts;
+        if (opts.store.is_server && !worker_store.why_not.empty())
+            spdlog::info("{}", worker_store.why_not);
         // An etcd cluster's members are reported by the store itself, each in its line.
         auto unresolved = opts.etcd ? std::nullopt : check_store_host(config, opts.store.host);
         auto opened = unresolved
@@ -297,6 +306,7 @@ void StoreCluster::joined(std::expected<RoundMembership, Error> result) {
     info.nproc_per_node = membership.nproc_per_node;
     info.master_addr = membership.master_addr;
     info.master_port = membership.master_port;
+    info.agent_store = m_coordinator->options().me.fingerprint.agent_store;
     info.restart_count = membership.restart_count;
     info.round = membership.round;
     info.change = membership.change;

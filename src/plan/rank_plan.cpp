@@ -154,9 +154,8 @@ std::vector<WorkerSpec> plan_node(const LaunchConfig& config, const NodeResource
         env.emplace_back("DDPRUN_ROUND", std::to_string(round.round));
         env.emplace_back("TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts));
         env.emplace_back("TORCHELASTIC_RUN_ID", config.rdzv_id);
-        // Rank 0's own store listens at MASTER_ADDR:MASTER_PORT, as with torchrun's static
-        // rendezvous; workers must not look for an agent store.
-        env.emplace_back("TORCHELASTIC_USE_AGENT_STORE", "False");
+        // True: every rank is a client of node 0's agent's store there; False: rank 0 hosts.
+        env.emplace_back("TORCHELASTIC_USE_AGENT_STORE", round.agent_store ? "True" : "False");
         if (!error_file_dir.empty())
             env.emplace_back("TORCHELASTIC_ERROR_FILE",
                              fmt::format("{}/{}/error.json", error_file_dir, local));

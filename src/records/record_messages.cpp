@@ -79,6 +79,10 @@ const std::vector<FingerprintField>& fingerprint_fields() {
         {"max_restarts", [](const Fingerprint& f) { return std::to_string(f.max_restarts); }},
         {"run id", [](const Fingerprint& f) { return quote_value(f.run_id); }},
         {"ddprun version", [](const Fingerprint& f) { return quote_value(f.version); }},
+        {"who hosts the workers' store (set TORCH_DISABLE_SHARE_RDZV_TCP_STORE alike)",
+         [](const Fingerprint& f) {
+             return std::string(f.agent_store ? "node 0's agent" : "rank 0");
+         }},
     };
     return fields;
 }

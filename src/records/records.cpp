@@ -48,6 +48,7 @@ void add_fingerprint(json& object, const Fingerprint& fingerprint) {
     object["max_restarts"] = fingerprint.max_restarts;
     object["run_id"] = fingerprint.run_id;
     object["version"] = fingerprint.version;
+    object["agent_store"] = fingerprint.agent_store;
 }
 
 void read_fingerprint(FieldReader& read, Fingerprint& fingerprint) {
@@ -61,6 +62,7 @@ void read_fingerprint(FieldReader& read, Fingerprint& fingerprint) {
     read.integer("max_restarts", fingerprint.max_restarts, 0, k_max_int);
     read.text("run_id", fingerprint.run_id);
     read.text("version", fingerprint.version);
+    if (read.has("agent_store")) read.boolean("agent_store", fingerprint.agent_store);
 }
 
 }  // namespace detail

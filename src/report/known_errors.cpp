@@ -15,11 +15,13 @@ struct KnownError {
 
 constexpr std::array k_known_errors{
     // torch 2.4 and later: TCPStore defaults to libuv, which Debian's torch (and
-    // other source builds) lack, so every init_process_group(env://) fails. The
+    // other source builds) lack, so every init_process_group(env://) fails; with the
+    // agent's store shared (TORCHELASTIC_USE_AGENT_STORE=True), even with USE_LIBUV=0. The
     // text stops short of "built": torch 2.6 (Debian 13's) says "was build without".
     KnownError{"use_libuv was requested but PyTorch was buil",
-               "this torch has no libuv: export USE_LIBUV=0 before ddprun (workers inherit it); "
-               "a TCPStore(...) of your own needs use_libuv=False"},
+               "this torch has no libuv: export USE_LIBUV=0 before ddprun (workers inherit it) "
+               "and leave TORCH_DISABLE_SHARE_RDZV_TCP_STORE unset (torch's client of a shared "
+               "store ignores USE_LIBUV); a TCPStore(...) of your own needs use_libuv=False"},
     // A CPU-only torch (Debian's, pip's +cpu wheels) asked for NCCL.
     KnownError{"Distributed package doesn't have NCCL built in",
                "this torch has no NCCL (a CPU-only build): use backend=\"gloo\", or install a "

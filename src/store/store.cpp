@@ -39,6 +39,7 @@ std::string libtorch_mismatch(const std::string& path, const std::string& dl_err
 
 struct PluginLoad {
     StorePluginEntry entry = nullptr;
+    StorePluginDefaultsStart defaults_start = nullptr;
     std::string error;     // why entry is null, for the user
     std::string dl_error;  // dlerror() of a failed dlopen
 };
@@ -51,7 +52,7 @@ PluginLoad load_from(const std::string& path) {
         // dlerror() names the plugin itself when the plugin is the problem (missing,
         // not a library); anything else is a library it needs: libtorch.
         const bool plugin_missing = opened.dl_error.starts_with(path + ":");
-        return {nullptr,
+        return {nullptr, nullptr,
                 plugin_missing ? std::string(k_need_libtorch) + " (cannot load " + path + ": " +
                                      opened.dl_error + ")"
                                : libtorch_mismatch(path, opened.dl_error),
@@ -59,10 +60,15 @@ PluginLoad load_from(const std::string& path) {
     }
     if (!opened.has_entry)
         return {nullptr,
+                nullptr,
                 path + " is from another version of ddprun (it has no " + k_store_plugin_entry +
                     "): rebuild ddprun",
                 {}};
-    return {reinterpret_cast<StorePluginEntry>(opened.entry), {}, {}};
+    PluginLoad load{reinterpret_cast<StorePluginEntry>(opened.entry), nullptr, {}, {}};
+    // The same library, loaded already: dlopen only counts it once more.
+    load.defaults_start = reinterpret_cast<StorePluginDefaultsStart>(
+        open_plugin(path, k_store_plugin_defaults_start).entry);
+    return load;
 }
 
 // Where locate_store_plugin() finds it, else on the loader's search path.
@@ -105,6 +111,11 @@ std::unique_ptr<Store> open_tcp_store(const StoreOptions& options) {
 
 bool tcp_store_available() {
     return plugin().entry != nullptr;
+}
+
+bool tcp_store_defaults_start() {
+    static const bool start = plugin().defaults_start != nullptr && plugin().defaults_start() != 0;
+    return start;
 }
 
 std::string store_plugin_torch_version(const std::string& path) {

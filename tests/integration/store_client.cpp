@@ -6,7 +6,7 @@
 //
 //   store_client HOST PORT set KEY VALUE [set KEY VALUE ...]
 //   store_client HOST PORT wait KEY [set KEY VALUE ...]   wait (10 s at most) until KEY exists
-//   store_client HOST PORT add KEY N ...                  add N to the counter KEY
+//   store_client HOST PORT add KEY N ...                  add N to the counter KEY, print it
 //
 // It reaches the store through ddprun's own Store API and plugin (the c10d
 // TCPStore client), so it speaks the same protocol as the agents.
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                 store->set(args[at + 1], args[at + 2]);
                 at += 3;
             } else if (args[at] == "add" && at + 2 < args.size()) {
-                store->add(args[at + 1], std::stoll(args[at + 2]));
+                std::cout << store->add(args[at + 1], std::stoll(args[at + 2])) << "\n";
                 at += 3;
             } else if (args[at] == "wait" && at + 1 < args.size()) {
                 store->wait({args[at + 1]}, std::chrono::seconds(10));

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -51,105 +52,171 @@ std::string names(const std::set<std::string>& set) {
     return text.empty() ? "none" : text;
 }
 
-class TorchEnvironment : public IntegrationTest {};
+// Set by ddprun only, and why (docs/environment.md says the same).
+const std::map<std::string, std::string> k_ddprun_only = {
+    {"NODE_RANK", "DESIGN's contract (GROUP_RANK's other name)"},
+    {"NNODES", "DESIGN's contract (GROUP_WORLD_SIZE's other name)"},
+    {"DDPRUN_ROUND", "the job-wide round"},
+    {"PYTHONUNBUFFERED", "workers write to pipes"},
+};
+// Set by ddprun as the newest torchrun does; an older torchrun (Debian 13's 2.6)
+// predates them and its workers never read them.
+const std::map<std::string, std::pair<int, int>> k_since_torchrun = {
+    {"TORCHELASTIC_SIGNALS_TO_HANDLE", {2, 14}},
+};
+
+// Every variable torchrun gave rank `rank` ddprun gives with the same value, except
+// those of `value_differs` (set by both); and ddprun adds only k_ddprun_only's.
+void expect_same_environment(const std::string& dir, int rank, std::pair<int, int> version,
+                             const std::map<std::string, std::string>& value_differs) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    Variables ours = read_environment(dir + "/ddprun." + std::to_string(rank));
+    ours.erase("FAKE_WORKER_PIDFILE");  // the harness's own (IntegrationTest::start)
+    Variables theirs = read_environment(dir + "/torchrun." + std::to_string(rank));
+    ASSERT_FALSE(ours.empty());
+    ASSERT_FALSE(theirs.empty());
+    // torchrun_compat.py's, not torchrun's: the fix for torch 2.6's store clients
+    // (bench/torchrun_site/sitecustomize.py, which a Python worker never sees).
+    if (auto site = theirs.find("PYTHONPATH");
+        site != theirs.end() &&
+        site->second == std::string(ddprun_test::build_paths::bench_dir) + "/torchrun_site")
+        theirs.erase(site);
+    std::set<std::string> missing, unexpected, different;
+    for (const auto& [name, value] : theirs) {
+        auto found = ours.find(name);
+        if (found == ours.end())
+            missing.insert(name);
+        else if (found->second != value && !value_differs.contains(name))
+            different.insert(name + " (" + found->second + " vs " + value + ")");
+    }
+    for (const auto& [name, value] : ours) {
+        auto since = k_since_torchrun.find(name);
+        const bool older_torchrun_lacks =
+            since != k_since_torchrun.end() && version < since->second;
+        if (!theirs.contains(name) && !k_ddprun_only.contains(name) && !older_torchrun_lacks)
+            unexpected.insert(name);
+    }
+    EXPECT_TRUE(missing.empty()) << "torchrun sets, ddprun does not: " << names(missing);
+    EXPECT_TRUE(different.empty()) << "values differ (ddprun vs torchrun): " << names(different);
+    EXPECT_TRUE(unexpected.empty()) << "ddprun sets, torchrun does not: " << names(unexpected);
+    for (const auto& [name, why] : value_differs) {
+        EXPECT_TRUE(ours.contains(name)) << name;
+        EXPECT_TRUE(theirs.contains(name)) << name;
+    }
+}
+
+// Whether a TCPStore made with torch's defaults starts (false: they ask for libuv and
+// this torch has none, Debian's 2.x).
+bool torch_defaults_start() {
+    RunOptions options;
+    options.timeout = 60s;
+    return run_command({k_python, "-c",
+                        "import datetime; from torch.distributed import TCPStore; "
+                        "TCPStore('127.0.0.1', 0, 1, True, datetime.timedelta(seconds=5))"},
+                       options)
+               .exit_code == 0;
+}
+
+class TorchEnvironment : public IntegrationTest {
+  protected:
+    // The worker both launchers run: it writes its environment to <dir>/<launcher>.<RANK>.
+    std::vector<std::string> env_writer(const std::string& launcher) {
+        return {"--no-python", "/bin/sh", "-c", "env > " + path(launcher) + ".$RANK"};
+    }
+    std::vector<std::string> torchrun(const std::vector<std::string>& flags) const {
+        std::vector<std::string> argv = {
+            k_python, std::string(ddprun_test::build_paths::bench_dir) + "/torchrun_compat.py"};
+        argv.insert(argv.end(), flags.begin(), flags.end());
+        return argv;
+    }
+    void SetUp() override {
+        IntegrationTest::SetUp();
+        auto found = torch_version();
+        if (!found) GTEST_SKIP() << k_python << " cannot import torch";
+        if (found->first < 2)
+            GTEST_SKIP() << "torch " << found->first << "." << found->second
+                         << ": ddprun follows torchrun 2.x's environment (TORCH_NCCL_*, "
+                            "TORCHELASTIC_SIGNALS_TO_HANDLE), which this torchrun predates";
+        version = *found;
+        // torch without libuv needs it (torchrun_compat.py); LANG keeps Python from
+        // setting LC_CTYPE in the environment torchrun's workers inherit.
+        options.env = {{"USE_LIBUV", "0"}, {"LANG", "C.UTF-8"}};
+        options.timeout = 120s;  // torchrun's own start-up on a busy 2-core machine
+    }
+    std::pair<int, int> version;
+    RunOptions options;
+};
 class KnownTorchError : public IntegrationTest {};
 
 // The same flags and worker under ddprun and under this torch's torchrun
 // (bench/torchrun_compat.py: torchrun as it is, made to start where torch lacks
-// libuv). Every variable torchrun gives a worker, ddprun gives with the same value,
-// except those listed here with the reason; what ddprun adds is listed too. The
-// docs/environment.md says the same.
+// libuv), on one node.
 TEST_F(TorchEnvironment, WorkersGetWhatTorchrunOfTheSameTorchGives) {
-    auto version = torch_version();
-    if (!version) GTEST_SKIP() << k_python << " cannot import torch";
-    if (version->first < 2)
-        GTEST_SKIP() << "torch " << version->first << "." << version->second
-                     << ": ddprun follows torchrun 2.x's environment (TORCH_NCCL_*, "
-                        "TORCHELASTIC_SIGNALS_TO_HANDLE), which this torchrun predates";
-    const std::string compat =
-        std::string(ddprun_test::build_paths::bench_dir) + "/torchrun_compat.py";
-    const std::string port = std::to_string(free_port());
-    auto worker = [&](const std::string& launcher) {
-        return std::vector<std::string>{"--nproc_per_node=2",
-                                        "--master_port=" + port,
-                                        "--no-python",
-                                        "/bin/sh",
-                                        "-c",
-                                        "env > " + path(launcher) + ".$RANK"};
+    const std::vector<std::string> flags = {"--nproc_per_node=2",
+                                            "--master_port=" + std::to_string(free_port())};
+    auto with = [&](std::vector<std::string> worker) {
+        worker.insert(worker.begin(), flags.begin(), flags.end());
+        return worker;
     };
-    RunOptions options;
-    options.timeout = 120s;  // torchrun's own start-up on a busy 2-core machine
-    // torch without libuv needs it (torchrun_compat.py); LANG keeps Python from
-    // setting LC_CTYPE in the environment torchrun's workers inherit.
-    options.env = {{"USE_LIBUV", "0"}, {"LANG", "C.UTF-8"}};
-
-    auto ddprun = run(worker("ddprun"), options);
+    auto ddprun = run(with(env_writer("ddprun")), options);
     ASSERT_EQ(ddprun.exit_code, 0) << ddprun.describe();
-    std::vector<std::string> torchrun_argv = {k_python, compat};
-    for (auto& word : worker("torchrun")) torchrun_argv.push_back(word);
-    auto torchrun = run_command(torchrun_argv, options);
-    ASSERT_EQ(torchrun.exit_code, 0) << torchrun.describe();
-
-    // Set by torchrun and by ddprun, to values that differ by design.
-    const std::map<std::string, std::string> k_value_differs = {
+    auto theirs = run_command(torchrun(with(env_writer("torchrun"))), options);
+    ASSERT_EQ(theirs.exit_code, 0) << theirs.describe();
+    const std::map<std::string, std::string> value_differs = {
         {"TORCHELASTIC_ERROR_FILE", "a per-worker path in each launcher's own directory"},
         {"TORCHELASTIC_USE_AGENT_STORE",
-         "False: rank 0 hosts its own store at MASTER_ADDR:MASTER_PORT (ddprun's agents "
-         "meet in a store of their own)"},
+         "one node: False, rank 0 hosts its own store at MASTER_ADDR:MASTER_PORT (ddprun "
+         "loads no libtorch for a single node)"},
     };
-    // Set by ddprun only.
-    const std::map<std::string, std::string> k_ddprun_only = {
-        {"NODE_RANK", "DESIGN's contract (GROUP_RANK's other name)"},
-        {"NNODES", "DESIGN's contract (GROUP_WORLD_SIZE's other name)"},
-        {"DDPRUN_ROUND", "the job-wide round"},
-        {"PYTHONUNBUFFERED", "workers write to pipes"},
-    };
-    const std::set<std::string> k_torchrun_only = {};
-    // Set by ddprun as the newest torchrun does; an older torchrun (Debian 13's 2.6)
-    // predates them and its workers never read them.
-    const std::map<std::string, std::pair<int, int>> k_since_torchrun = {
-        {"TORCHELASTIC_SIGNALS_TO_HANDLE", {2, 14}},
-    };
-    auto older_torchrun_lacks = [&](const std::string& name) {
-        auto since = k_since_torchrun.find(name);
-        return since != k_since_torchrun.end() && *version < since->second;
-    };
+    for (int rank = 0; rank < 2; ++rank)
+        expect_same_environment(m_dir, rank, version, value_differs);
+}
 
-    for (int rank = 0; rank < 2; ++rank) {
-        SCOPED_TRACE("rank " + std::to_string(rank));
-        Variables ours = read_environment(path("ddprun." + std::to_string(rank)));
-        ours.erase("FAKE_WORKER_PIDFILE");  // the harness's own (IntegrationTest::start)
-        Variables theirs = read_environment(path("torchrun." + std::to_string(rank)));
-        ASSERT_FALSE(ours.empty()) << ddprun.describe();
-        ASSERT_FALSE(theirs.empty()) << torchrun.describe();
-        std::set<std::string> missing, unexpected, different;
-        // torchrun_compat.py's, not torchrun's: the fix for torch 2.6's store clients
-        // (bench/torchrun_site/sitecustomize.py, which a Python worker never sees).
-        if (auto site = theirs.find("PYTHONPATH");
-            site != theirs.end() &&
-            site->second == std::string(ddprun_test::build_paths::bench_dir) + "/torchrun_site")
-            theirs.erase(site);
-        for (const auto& [name, value] : theirs) {
-            auto found = ours.find(name);
-            if (found == ours.end()) {
-                if (!k_torchrun_only.contains(name)) missing.insert(name);
-            } else if (found->second != value && !k_value_differs.contains(name)) {
-                different.insert(name + " (" + found->second + " vs " + value + ")");
+// Two nodes of two over the c10d rendezvous, node 0 on 127.0.0.1 and node 1 on
+// 127.0.0.2 (torchrun orders its nodes by address): every rank's environment key by
+// key. Both launchers pick MASTER_PORT afresh; where torch's clients of a shared store
+// cannot start (no libuv) ddprun keeps rank 0's store (worker_store.hpp).
+TEST_F(TorchEnvironment, TwoNodesOfTwoGetWhatTorchrunOfTheSameTorchGives) {
+    auto run_job = [&](const std::string& launcher) {
+        const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_port());
+        std::vector<std::unique_ptr<DdprunProcess>> nodes;
+        for (int node : {0, 1}) {
+            std::vector<std::string> argv = {"--nnodes=2",
+                                             "--nproc_per_node=2",
+                                             "--rdzv_backend=c10d",
+                                             endpoint,
+                                             "--rdzv_id=env2x2",
+                                             "--local_addr=127.0.0." + std::to_string(node + 1),
+                                             "--node_rank=" + std::to_string(node)};
+            auto worker = env_writer(launcher);
+            argv.insert(argv.end(), worker.begin(), worker.end());
+            RunOptions with = options;
+            if (launcher == "torchrun") {
+                auto command = torchrun(argv);
+                with.program = command.front();
+                argv.assign(command.begin() + 1, command.end());
             }
+            nodes.push_back(start(argv, with));
         }
-        for (const auto& [name, value] : ours)
-            if (!theirs.contains(name) && !k_ddprun_only.contains(name) &&
-                !older_torchrun_lacks(name))
-                unexpected.insert(name);
-        EXPECT_TRUE(missing.empty()) << "torchrun sets, ddprun does not: " << names(missing);
-        EXPECT_TRUE(different.empty())
-            << "values differ (ddprun vs torchrun): " << names(different);
-        EXPECT_TRUE(unexpected.empty()) << "ddprun sets, torchrun does not: " << names(unexpected);
-        for (const auto& [name, why] : k_value_differs) {
-            EXPECT_TRUE(ours.contains(name)) << name;
-            EXPECT_TRUE(theirs.contains(name)) << name;
-        }
+        std::vector<DdprunProcess*> raw;
+        for (auto& node : nodes) raw.push_back(node.get());
+        return wait_all(raw);
+    };
+    for (const std::string launcher : {"ddprun", "torchrun"}) {
+        auto results = run_job(launcher);
+        for (const auto& result : results) ASSERT_EQ(result.exit_code, 0) << result.describe();
     }
+    std::map<std::string, std::string> value_differs = {
+        {"TORCHELASTIC_ERROR_FILE", "a per-worker path in each launcher's own directory"},
+        {"MASTER_PORT", "a free port each launcher picks for the job"},
+    };
+    if (!torch_defaults_start())
+        value_differs.emplace(
+            "TORCHELASTIC_USE_AGENT_STORE",
+            "torch without libuv: False, rank 0 hosts (torch's own client of a shared store "
+            "asks for libuv there; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0 shares)");
+    for (int rank = 0; rank < 4; ++rank)
+        expect_same_environment(m_dir, rank, version, value_differs);
 }
 
 // torch 2.4 and later default TCPStore to libuv; a torch built without it (Debian's)

@@ -21,6 +21,9 @@ struct RoundInfo {
     std::vector<int> nproc_per_node;  // indexed by node rank; its size is nnodes
     std::string master_addr;
     int master_port = 0;
+    // Node 0's agent hosts the workers' store at MASTER_ADDR:MASTER_PORT (worker_store.hpp):
+    // TORCHELASTIC_USE_AGENT_STORE=True. Else rank 0 hosts it.
+    bool agent_store = false;
     int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: rounds started by a failure
     int round = 0;          // DDPRUN_ROUND: every restart and membership change counts
     // How the membership changed since the previous round (elastic), for the log.

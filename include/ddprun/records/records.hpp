@@ -27,6 +27,7 @@ struct Fingerprint {
     std::string version;            // ddprun's
     int min_nnodes = 0;             // MIN of an elastic job; 0 (or nnodes): a fixed size
     std::int64_t last_call_ms = 0;  // --rdzv_conf last_call_timeout of an elastic job
+    bool agent_store = false;       // node 0's agent hosts the workers' store (worker_store.hpp)
     bool operator==(const Fingerprint&) const = default;
     int min() const { return min_nnodes > 0 ? min_nnodes : nnodes; }
     bool elastic() const { return min() < nnodes; }

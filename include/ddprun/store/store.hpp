@@ -120,6 +120,11 @@ std::unique_ptr<Store> open_tcp_store(const StoreOptions& options);
 // True when the store plugin can be loaded (this build has libtorch).
 bool tcp_store_available();
 
+// True when a TCPStore client made with torch's defaults can start with the plugin's
+// libtorch; false where the defaults ask for libuv and it has none (Debian's torch
+// 2.x), or the plugin cannot be loaded. Loads the plugin; takes a few milliseconds.
+bool tcp_store_defaults_start();
+
 // Where open_tcp_store would load the plugin from, without loading it (for
 // --version): locate_plugin() with $DDPRUN_STORE_PLUGIN (plugin_path.hpp).
 PluginLocation locate_store_plugin();
@@ -142,5 +147,11 @@ inline constexpr const char* k_store_plugin_name = "libddprun_store.so";
 inline constexpr const char* k_store_plugin_entry = "ddprun_open_tcp_store_v4";
 using StorePluginEntry = Store* (*)(const char* host, int port, int is_server, long timeout_ms,
                                     int* error_kind, char* error, std::size_t error_len);
+
+// The plugin's answer to whether a TCPStore made with c10d's defaults starts with its
+// libtorch (1), or asks for a libuv server the build lacks (0). Looked up beside the
+// entry; a plugin without it predates the question.
+inline constexpr const char* k_store_plugin_defaults_start = "ddprun_tcp_store_defaults_start_v1";
+using StorePluginDefaultsStart = int (*)();
 
 }  // namespace ddprun

@@ -93,6 +93,16 @@ TEST(RankPlan, SetsTheWholeEnvironmentContract) {
     EXPECT_FALSE(env.contains("CUDA_VISIBLE_DEVICES")) << "no devices: left unset";
 }
 
+// torch's rendezvous.py reads exactly "True": every rank a client of the agent's store.
+TEST(RankPlan, TheAgentStoreFlagSaysWhoHostsTheWorkersStore) {
+    RoundInfo r = round_of({2, 2}, 1);
+    EXPECT_EQ(env_of(plan_node(basic_config(2), {}, r, {}, "")[0])["TORCHELASTIC_USE_AGENT_STORE"],
+              "False");
+    r.agent_store = true;
+    for (const auto& worker : plan_node(basic_config(2), {}, r, {}, ""))
+        EXPECT_EQ(env_of(worker)["TORCHELASTIC_USE_AGENT_STORE"], "True");
+}
+
 TEST(RankPlan, InheritedDefaultsAreNotOverridden) {
     Environment inherited{{"OMP_NUM_THREADS", "4"},
                           {"PYTHONUNBUFFERED", "0"},
