@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 
 #include "ddprun/cluster/cluster.hpp"
+#include "ddprun/plan/worker_store.hpp"
 
 namespace asio = boost::asio;
 
@@ -26,6 +27,9 @@ class LocalCluster final : public Cluster {
         info.nproc_per_node = {m_ctx.nproc};
         info.master_addr = m_ctx.config.master_addr;
         info.master_port = master_port;
+        // Asked for only: hosting it loads libtorch (worker_store.hpp).
+        info.agent_store =
+            choose_worker_store(AgentsMeet::OneNode, m_ctx.env, [] { return false; }).agent_hosts;
         info.restart_count = info.round = round;
         asio::post(m_io, [done = std::move(done), info] { done(info); });
     }

@@ -210,8 +210,8 @@ void StoreCluster::open(Opened done) {
                             config = m_ctx.config, env = m_ctx.env,
                             done = std::move(done)]() mutable {
         // Here, not on the loop: the answer loads the store's plugin (libtorch).
-        WorkerStoreChoice worker_store =
-            choose_worker_store(!opts.etcd, env, tcp_store_defaults_start);
+        WorkerStoreChoice worker_store = choose_worker_store(
+            opts.etcd ? AgentsMeet::Etcd : AgentsMeet::TcpStore, env, tcp_store_defaults_start);
         opts.me.fingerprint.agent_store = worker_store.agent_hosts;
         if (opts.store.is_server && !worker_store.why_not.empty())
             spdlog::info("{}", worker_store.why_not);

@@ -5,11 +5,12 @@
 
 namespace ddprun {
 
-WorkerStoreChoice choose_worker_store(bool store_backend, const Environment& env,
+WorkerStoreChoice choose_worker_store(AgentsMeet meet, const Environment& env,
                                       const std::function<bool()>& defaults_start) {
-    if (!store_backend) return {};
+    if (meet == AgentsMeet::Etcd) return {};
     auto set = env.find(std::string(k_share_store_variable));
     if (set != env.end() && !set->second.empty()) return {set->second != "1", {}};
+    if (meet == AgentsMeet::OneNode) return {};
     if (defaults_start()) return {true, {}};
     return {false,
             fmt::format("the workers keep their own store (rank 0 hosts it at "

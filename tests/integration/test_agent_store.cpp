@@ -5,6 +5,7 @@
 // TORCH_DISABLE_SHARE_RDZV_TCP_STORE asks; over etcd, never.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -253,6 +254,128 @@ TEST_F(AgentStore, NodesThatDisagreeStopAtTheJoinNamingTheVariable) {
     for (int rank = 0; rank < 4; ++rank)
         EXPECT_FALSE(std::filesystem::exists(path(fmt::format("ran.{}", rank)))) << rank;
 }
+
+// One node loads no libtorch unless asked: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0 has its
+// agent host the workers' store, as torchrun's on one node (the debug server's client
+// before init_process_group needs one); unset, rank 0 hosts.
+TEST_F(AgentStore, OneNodeHostsTheWorkersStoreWhenAsked) {
+    const std::string client = ddprun_test::build_paths::store_client;
+    const std::vector<std::string> program = {
+        "--nproc_per_node=2", "--no-python", "/bin/sh", "-c",
+        "echo agent_store=$TORCHELASTIC_USE_AGENT_STORE; [ $TORCHELASTIC_USE_AGENT_STORE = "
+        "False ] || " +
+            client + " $MASTER_ADDR $MASTER_PORT add ranks 1"};
+    RunOptions options;
+    options.env = {{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0"}};
+    auto shared = run(program, options);
+    ASSERT_EQ(shared.exit_code, 0) << shared.describe();
+    std::multiset<std::string> printed;
+    for (const auto& [rank, lines] : lines_by_rank(shared.out))
+        printed.insert(lines.begin(), lines.end());
+    EXPECT_EQ(printed,
+              (std::multiset<std::string>{"agent_store=True", "agent_store=True", "1", "2"}))
+        << shared.describe();
+    options.env.clear();
+    options.unset_env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE"};
+    auto unset = run(program, options);
+    ASSERT_EQ(unset.exit_code, 0) << unset.describe();
+    EXPECT_EQ(lines_by_rank(unset.out),
+              (std::map<int, std::vector<std::string>>{{0, {"agent_store=False"}},
+                                                       {1, {"agent_store=False"}}}))
+        << unset.describe();
+}
+
+// torch 2.14's debug server (torch.distributed.debug.start_debug_server): each rank
+// registers its worker server in the store at MASTER_ADDR:MASTER_PORT, through a client
+// it makes at once, so that before init_process_group only a store the agent hosts can
+// answer it. Rank 0's frontend then shows every rank's stack (/stacks). Debian's torch
+// has no libuv and the debug server's client takes TCPStore's default: the worker makes
+// that default False first, as bench/torchrun_site does for torchrun's workers.
+constexpr const char* k_debug_worker = R"(import datetime, os, sys, time, urllib.request
+import torch.distributed as dist
+import torch.distributed.rendezvous as rendezvous
+
+try:
+    dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=5))
+except Exception as error:
+    if "libuv" not in str(error):
+        raise
+    _original = dist.TCPStore
+
+    def _tcp_store(*args, **kwargs):
+        kwargs.setdefault("use_libuv", False)
+        return _original(*args, **kwargs)
+
+    dist.TCPStore = rendezvous.TCPStore = _tcp_store
+
+if __name__ == "__main__":
+    from torch.distributed import debug
+
+    when, port = sys.argv[1], int(sys.argv[2])
+    if when == "before":
+        debug.start_debug_server(port=port)
+    dist.init_process_group("gloo")
+    if when == "after":
+        debug.start_debug_server(port=port)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/stacks", timeout=60)
+                body = page.read().decode()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)  # the frontend's process is still starting
+        world = dist.get_world_size()
+        answered = sum(f"<h2>Rank {r}:" in body for r in range(world))
+        print(f"stacks status={page.status} ranks={answered}/{world} "
+              f"failed={body.count('Failed to fetch')}", flush=True)
+    dist.barrier()
+    debug.stop_debug_server()
+    dist.destroy_process_group()
+    os._exit(0)
+)";
+
+// torch 2.14's torch.distributed.debug imports (asked once: a torch import is seconds).
+bool torch_has_debug_server() {
+    static const bool has = [] {
+        const std::string command =
+            k_python + " -c 'import torch.distributed.debug' >/dev/null 2>&1";
+        return std::system(command.c_str()) == 0;
+    }();
+    return has;
+}
+
+class DebugServer : public AgentStore, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(DebugServer, AnswersForEveryRankUnderDdprun) {
+    if (!torch_has_debug_server())
+        GTEST_SKIP() << k_python << "'s torch has no torch.distributed.debug (torch 2.14 has)";
+    write_text_file(path("debug_worker.py"), k_debug_worker);
+    RunOptions options;
+    options.env = {{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0"}};
+    options.unset_env = {"USE_LIBUV"};
+    Job job;
+    job.nproc = 1;
+    job.guard = 120s;
+    const std::vector<std::string> program = {"--no-python", k_python, path("debug_worker.py"),
+                                              GetParam(), std::to_string(free_port())};
+    auto r = run_nodes(job,
+                       {{.node_rank = 0, .addr = "127.0.0.1", .program = program},
+                        {.node_rank = 1, .addr = "127.0.0.2", .program = program}},
+                       options);
+    ASSERT_EQ(exit_codes(r), (std::vector<int>{0, 0})) << describe_all(r);
+    auto lines = lines_by_rank(r[0].out)[0];
+    EXPECT_NE(std::find(lines.begin(), lines.end(), "stacks status=200 ranks=2/2 failed=0"),
+              lines.end())
+        << describe_all(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(InitProcessGroup, DebugServer, ::testing::Values("before", "after"),
+                         [](const auto& test) { return test.param + "_init"; });
 
 class AgentStoreOverEtcd : public AgentStore {
   protected:

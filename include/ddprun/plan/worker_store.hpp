@@ -10,7 +10,8 @@
 // (Debian's 2.x) then fails every init_process_group, USE_LIBUV=0 or not
 // (rendezvous.py's agent branch drops use_libuv). There rank 0 keeps hosting, as
 // before, unless the variable asks for sharing outright. etcd jobs never share: their
-// agents have no TCPStore. docs/environment.md has the table.
+// agents have no TCPStore. A single node shares only when the variable asks: its agent
+// loads no libtorch otherwise (DESIGN.md). docs/environment.md has the table.
 #pragma once
 
 #include <functional>
@@ -29,11 +30,14 @@ struct WorkerStoreChoice {
     std::string why_not;
 };
 
-// `store_backend`: the agents meet in a TCPStore (c10d, static), not in etcd.
+// Where the agents meet: nowhere (one node), in a TCPStore (c10d, static), in etcd.
+enum class AgentsMeet { OneNode, TcpStore, Etcd };
+
 // TORCH_DISABLE_SHARE_RDZV_TCP_STORE: "1" keeps rank 0's store, any other value shares
-// (torchrun's test: != "1"); unset or empty, shares where `defaults_start()` (the
-// plugin's libtorch starts a TCPStore made with its defaults) says torch's clients can.
-WorkerStoreChoice choose_worker_store(bool store_backend, const Environment& env,
+// (torchrun's test: != "1"); unset or empty, a TcpStore job shares where
+// `defaults_start()` (the plugin's libtorch starts a TCPStore made with its defaults)
+// says torch's clients can, and one node does not.
+WorkerStoreChoice choose_worker_store(AgentsMeet meet, const Environment& env,
                                       const std::function<bool()>& defaults_start);
 
 }  // namespace ddprun
