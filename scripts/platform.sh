@@ -79,6 +79,8 @@ packages=(
   libgtest-dev libgmock-dev googletest
   libtorch-dev libgloo-dev
   python3 python3-torch
+  # torch.distributed.debug's frontend (the debug server test)
+  python3-jinja2 python3-tabulate
   etcd-server etcd-client openssl openssh-client
   procps iproute2 elfutils
   # every target builds there: the benchmarks too; ccache for the build

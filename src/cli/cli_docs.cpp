@@ -156,7 +156,8 @@ std::vector<ExitCode> exit_codes() {
          "configuration, a record without the job secret's signature"},
         {unhealthy,
          "a node failed its --health-check: a fixed-size job cannot run without it, on every "
-         "node; in an elastic job, that node alone"},
+         "node; in an elastic job, that node alone. Also a worker in uninterruptible sleep for "
+         "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT, on every node"},
         {no_progress,
          "restarts in a row made no progress (--max-no-progress-restarts), on every node"},
         {hang, "a rank stopped beating for --hang-timeout, on every node"},

@@ -291,9 +291,12 @@ TEST_F(AgentStore, OneNodeHostsTheWorkersStoreWhenAsked) {
 // answer it. Rank 0's frontend then shows every rank's stack (/stacks). Debian's torch
 // has no libuv and the debug server's client takes TCPStore's default: the worker makes
 // that default False first, as bench/torchrun_site does for torchrun's workers.
-constexpr const char* k_debug_worker = R"(import datetime, os, sys, time, urllib.request
+constexpr const char* k_debug_worker = R"(import datetime, importlib, os, sys, time
+import urllib.request
 import torch.distributed as dist
-import torch.distributed.rendezvous as rendezvous
+
+# The module: torch.distributed.rendezvous as an attribute is a function of it.
+rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
 try:
     dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=5))
@@ -339,11 +342,12 @@ if __name__ == "__main__":
     os._exit(0)
 )";
 
-// torch 2.14's torch.distributed.debug imports (asked once: a torch import is seconds).
+// torch 2.14's torch.distributed.debug and its frontend's own imports (jinja2,
+// tabulate) are there (asked once: a torch import takes seconds).
 bool torch_has_debug_server() {
     static const bool has = [] {
         const std::string command =
-            k_python + " -c 'import torch.distributed.debug' >/dev/null 2>&1";
+            k_python + " -c 'import torch.distributed.debug._debug_handlers' >/dev/null 2>&1";
         return std::system(command.c_str()) == 0;
     }();
     return has;
@@ -353,7 +357,9 @@ class DebugServer : public AgentStore, public ::testing::WithParamInterface<std:
 
 TEST_P(DebugServer, AnswersForEveryRankUnderDdprun) {
     if (!torch_has_debug_server())
-        GTEST_SKIP() << k_python << "'s torch has no torch.distributed.debug (torch 2.14 has)";
+        GTEST_SKIP() << k_python
+                     << "'s torch has no torch.distributed.debug (torch 2.14 has; its frontend "
+                        "needs python3-jinja2 and python3-tabulate)";
     write_text_file(path("debug_worker.py"), k_debug_worker);
     RunOptions options;
     options.env = {{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0"}};

@@ -73,6 +73,7 @@ void expect_same_environment(const std::string& dir, int rank, std::pair<int, in
     Variables ours = read_environment(dir + "/ddprun." + std::to_string(rank));
     ours.erase("FAKE_WORKER_PIDFILE");  // the harness's own (IntegrationTest::start)
     Variables theirs = read_environment(dir + "/torchrun." + std::to_string(rank));
+    theirs.erase("FAKE_WORKER_PIDFILE");  // where the harness started torchrun too
     ASSERT_FALSE(ours.empty());
     ASSERT_FALSE(theirs.empty());
     // torchrun_compat.py's, not torchrun's: the fix for torch 2.6's store clients
