@@ -337,7 +337,8 @@ if __name__ == "__main__":
         print(f"stacks status={page.status} ranks={answered}/{world} "
               f"failed={body.count('Failed to fetch')}", flush=True)
     dist.barrier()
-    debug.stop_debug_server()
+    if dist.get_rank() == 0:  # torch's stop is rank 0's alone (the frontend's process)
+        debug.stop_debug_server()
     dist.destroy_process_group()
     os._exit(0)
 )";
