@@ -19,7 +19,6 @@
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/scratch_dir.hpp"
 #include "ddprun/base/signals.hpp"
-#include "ddprun/plan/worker_store.hpp"
 #include "ddprun/report/round_report.hpp"
 
 namespace ddprun {
@@ -111,20 +110,13 @@ Status Agent::Impl::host_worker_store(const RoundInfo& info) {
     // for them), and a fixed --master_port is the same port.
     worker_store.reset();
     if (!info.agent_store || node_rank != 0) return {};
-    try {
-        // On the loop, as the workers' start: it binds on this host and connects over
-        // loopback (milliseconds), never waiting on a peer.
-        worker_store =
-            open_tcp_store({"", info.master_port, true, ctx.config.rendezvous.read_timeout});
-        spdlog::debug("round {}: the workers' store listens on MASTER_PORT={}", round,
-                      info.master_port);
-        return {};
-    } catch (const StoreError& e) {
-        return std::unexpected(rendezvous_error(fmt::format(
-            "cannot host the workers' store at MASTER_PORT={} ({}); or set {}=1 to have "
-            "rank 0 host it",
-            info.master_port, e.what(), k_share_store_variable)));
-    }
+    // On the loop, as the workers' start: local, milliseconds (cluster.hpp).
+    auto hosted = ddprun::host_worker_store(info.master_port, ctx.config.rendezvous.read_timeout);
+    if (!hosted) return std::unexpected(hosted.error());
+    worker_store = std::move(*hosted);
+    spdlog::debug("round {}: the workers' store listens on MASTER_PORT={}", round,
+                  info.master_port);
+    return {};
 }
 
 RoundResult Agent::Impl::run_round(const RoundInfo& info) {

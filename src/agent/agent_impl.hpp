@@ -26,7 +26,6 @@
 #include "ddprun/hang/stacks.hpp"
 #include "ddprun/hang/uninterruptible.hpp"
 #include "ddprun/metrics/metrics_server.hpp"
-#include "ddprun/store/store.hpp"
 #include "ddprun/workers/health_check.hpp"
 
 namespace ddprun {
@@ -63,7 +62,7 @@ struct Agent::Impl {
     std::optional<PortReservation> port;  // MASTER_PORT, held for the round
     // Node 0's, where the round's workers share the agent's store (worker_store.hpp): a
     // TCPStore at MASTER_PORT, kept until the next round replaces it or the agent ends.
-    std::unique_ptr<Store> worker_store;
+    std::unique_ptr<WorkerStoreHost> worker_store;
 
     enum class Phase {
         Connecting,

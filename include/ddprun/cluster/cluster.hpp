@@ -130,6 +130,17 @@ class Cluster {
     virtual bool made_progress_anywhere(bool mine) { return mine; }
 };
 
+// The workers' store node 0's agent hosts for a round that shares it
+// (worker_store.hpp): a TCPStore listening on `port` while the handle lives.
+class WorkerStoreHost {
+  public:
+    virtual ~WorkerStoreHost() = default;
+};
+// Binds on this host and connects over loopback: milliseconds, never a peer.
+// Errors: the port taken, the plugin or its libtorch missing (exit 75).
+std::expected<std::unique_ptr<WorkerStoreHost>, Error> host_worker_store(
+    int port, std::chrono::milliseconds timeout);
+
 // The cluster for `context`: single-node for --nnodes=1, else the store's.
 std::unique_ptr<Cluster> make_cluster(boost::asio::io_context& io, const LaunchContext& context);
 
