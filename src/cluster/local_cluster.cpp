@@ -13,7 +13,14 @@ namespace {
 
 class LocalCluster final : public Cluster {
   public:
-    LocalCluster(asio::io_context& io, const LaunchContext& context) : m_io(io), m_ctx(context) {}
+    // The workers' store: the agent's only when asked, as hosting it loads libtorch
+    // (worker_store.hpp).
+    LocalCluster(asio::io_context& io, const LaunchContext& context)
+        : m_io(io),
+          m_ctx(context),
+          m_agent_store(choose_worker_store(AgentsMeet::OneNode, context.env, [] {
+                            return false;
+                        }).agent_hosts) {}
 
     void open(Opened done) override {
         asio::post(m_io, [done = std::move(done)] { done({}); });
@@ -27,9 +34,7 @@ class LocalCluster final : public Cluster {
         info.nproc_per_node = {m_ctx.nproc};
         info.master_addr = m_ctx.config.master_addr;
         info.master_port = master_port;
-        // Asked for only: hosting it loads libtorch (worker_store.hpp).
-        info.agent_store =
-            choose_worker_store(AgentsMeet::OneNode, m_ctx.env, [] { return false; }).agent_hosts;
+        info.agent_store = m_agent_store;
         info.restart_count = info.round = round;
         asio::post(m_io, [done = std::move(done), info] { done(info); });
     }
@@ -71,6 +76,7 @@ class LocalCluster final : public Cluster {
 
     asio::io_context& m_io;
     const LaunchContext& m_ctx;
+    const bool m_agent_store;
     RoundHandlers m_handlers;
     bool m_stopped = false;
 };

@@ -632,6 +632,19 @@ int machine_gpu_count() {
     return count;
 }
 
+bool torch_defaults_start() {
+    static const bool start = [] {
+        RunOptions options;
+        options.timeout = 60s;
+        return run_command({k_python, "-c",
+                            "import datetime; from torch.distributed import TCPStore; "
+                            "TCPStore('127.0.0.1', 0, 1, True, datetime.timedelta(seconds=5))"},
+                           options)
+                   .exit_code == 0;
+    }();
+    return start;
+}
+
 int free_port() {
     return ddprun::free_test_port();
 }

@@ -204,6 +204,11 @@ std::size_t count_occurrences(std::string_view text, std::string_view needle);
 std::string read_text_file(const std::string& path);
 void write_text_file(const std::string& path, const std::string& content, unsigned mode = 0644);
 
+// Whether a TCPStore made with /usr/bin/python3's torch's defaults starts: false where
+// they ask for libuv and the build has none (Debian's 2.x), or there is no torch. The
+// question ddprun's plugin asks its libtorch, asked of the workers' torch (once).
+bool torch_defaults_start();
+
 // GPUs the NVIDIA driver lists under /proc (0 on the build machines).
 int machine_gpu_count();
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "multi_node.hpp"
@@ -73,17 +74,6 @@ dist.destroy_process_group()
 os._exit(0)
 )";
 
-// Whether a TCPStore made with torch's defaults starts with /usr/bin/python3's torch:
-// false where they ask for libuv and the build has none (Debian's 2.x). The same
-// question ddprun's plugin asks its libtorch, asked of the workers' torch instead.
-bool torch_defaults_start() {
-    const std::string command =
-        k_python +
-        " -c 'import datetime; from torch.distributed import TCPStore; "
-        "TCPStore(\"127.0.0.1\", 0, 1, True, datetime.timedelta(seconds=5))' >/dev/null 2>&1";
-    return std::system(command.c_str()) == 0;
-}
-
 class AgentStore : public MultiNodeTest {
   protected:
     void SetUp() override {
@@ -93,39 +83,40 @@ class AgentStore : public MultiNodeTest {
     }
 
     // Two nodes of two gloo ranks each; each rank's line, by rank.
-    std::map<int, std::string> run_gloo(const std::string& mode, RunOptions options) {
+    std::map<int, std::string> run_gloo(const std::string& mode, const RunOptions& options) {
         write_text_file(path("gloo_worker.py"), k_gloo_worker);
         Job job;
         job.guard = 120s;  // four torch imports on a busy 2-core machine
-        const std::vector<std::string> program = {"--no-python", k_python, path("gloo_worker.py"),
-                                                  mode};
-        m_results = run_nodes(job,
-                              {{.node_rank = 0, .addr = "127.0.0.1", .program = program},
-                               {.node_rank = 1, .addr = "127.0.0.2", .program = program}},
-                              options);
-        std::map<int, std::string> lines;
-        if (exit_codes(m_results) != std::vector<int>{0, 0}) return lines;
-        for (const auto& result : m_results)
-            for (const auto& [rank, printed] : lines_by_rank(result.out))
-                for (const auto& line : printed)
-                    if (line.starts_with("agent_store=")) lines[rank] = line;
+        auto lines =
+            run_two_nodes(job, {"--no-python", k_python, path("gloo_worker.py"), mode}, options);
+        if (exit_codes(m_results) != std::vector<int>{0, 0}) lines.clear();
         return lines;
     }
 
     // Two nodes of two shell workers that print TORCHELASTIC_USE_AGENT_STORE: by rank.
     std::map<int, std::string> run_flag_printers(const Job& job, const RunOptions& options) {
-        const std::vector<std::string> program = {"--no-python", "/bin/sh", "-c",
-                                                  "echo agent_store=$TORCHELASTIC_USE_AGENT_STORE"};
+        auto flags = run_two_nodes(
+            job, {"--no-python", "/bin/sh", "-c", "echo agent_store=$TORCHELASTIC_USE_AGENT_STORE"},
+            options);
+        for (auto& [rank, line] : flags) line.erase(0, std::string_view("agent_store=").size());
+        return flags;
+    }
+
+    // `program` on node 0 (127.0.0.1) and node 1 (127.0.0.2), the results in m_results;
+    // each rank's last line that starts with "agent_store=".
+    std::map<int, std::string> run_two_nodes(const Job& job,
+                                             const std::vector<std::string>& program,
+                                             const RunOptions& options) {
         m_results = run_nodes(job,
                               {{.node_rank = 0, .addr = "127.0.0.1", .program = program},
                                {.node_rank = 1, .addr = "127.0.0.2", .program = program}},
                               options);
-        std::map<int, std::string> flags;
+        std::map<int, std::string> lines;
         for (const auto& result : m_results)
             for (const auto& [rank, printed] : lines_by_rank(result.out))
                 for (const auto& line : printed)
-                    if (line.starts_with("agent_store=")) flags[rank] = line.substr(12);
-        return flags;
+                    if (line.starts_with("agent_store=")) lines[rank] = line;
+        return lines;
     }
 
     std::vector<RunResult> m_results;

@@ -106,18 +106,6 @@ void expect_same_environment(const std::string& dir, int rank, std::pair<int, in
     }
 }
 
-// Whether a TCPStore made with torch's defaults starts (false: they ask for libuv and
-// this torch has none, Debian's 2.x).
-bool torch_defaults_start() {
-    RunOptions options;
-    options.timeout = 60s;
-    return run_command({k_python, "-c",
-                        "import datetime; from torch.distributed import TCPStore; "
-                        "TCPStore('127.0.0.1', 0, 1, True, datetime.timedelta(seconds=5))"},
-                       options)
-               .exit_code == 0;
-}
-
 class TorchEnvironment : public IntegrationTest {
   protected:
     // The worker both launchers run: it writes its environment to <dir>/<launcher>.<RANK>.
