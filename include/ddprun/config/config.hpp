@@ -37,9 +37,9 @@ struct StreamSelection {
 // --numa-binding: where a worker runs relative to its GPU (binding.hpp).
 enum class NumaBinding {
     None,
-    Node,       // every CPU of the GPU's NUMA node
-    Socket,     // every CPU of the socket holding that node
-    Exclusive,  // the node's physical cores split among the workers whose GPUs share it
+    Node,         // every CPU of the GPU's NUMA node
+    Socket,       // every CPU of the socket holding that node
+    Exclusive,    // the node's physical cores split among the workers whose GPUs share it
     CoreComplex,  // the CPUs that share one L3 cache (a core complex) near the GPU
 };
 
