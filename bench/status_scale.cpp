@@ -1,6 +1,6 @@
 // The status records at scale (docs/status.md, what it costs): N agents'
 // status publication over a real TCPStore, as each agent's heartbeat thread runs
-// it once per status period (cluster/status_publisher.hpp), with node 0 watching
+// it once per status period (rendezvous/status_publisher.hpp), with node 0 watching
 // stragglers (it reads every other node's record) and one `ddprun status` reader
 // (status/status.hpp's read_job, which reads every node's). The agents are
 // simulated: their publications run one after another on one connection, node 0's
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "ddprun/base/clock.hpp"
-#include "ddprun/cluster/status_publisher.hpp"
+#include "ddprun/rendezvous/status_publisher.hpp"
 #include "ddprun/status/status.hpp"
 #include "ddprun/store/store_counts.hpp"
 #include "simulated_agents.hpp"
@@ -119,11 +119,11 @@ int main(int argc, char** argv) {
             const std::int64_t ops[] = {agent_counts->requests, zero_counts->requests,
                                         reader_counts->requests};
             for (int node = 1; node < agents; ++node)
-                publishers[static_cast<std::size_t>(node)].publish(*agent_store,
-                                                                   record(agents, node), now);
+                publishers[static_cast<std::size_t>(node)].tick(*agent_store, record(agents, node),
+                                                                now);
             const double agents_done = thread_cpu_ms();
             auto started = std::chrono::steady_clock::now();
-            publishers[0].publish(*zero_store, record(agents, 0), now);
+            publishers[0].tick(*zero_store, record(agents, 0), now);
             const double zero_done = thread_cpu_ms();
             const double zero_ms = wall_ms_since(started);
             process_published = bench::own_cpu_ms();

@@ -1,9 +1,10 @@
 # The layering rule of the source tree (docs/layout.md), checked from the
 # #include lines: a file under src/<folder>/ or include/ddprun/<folder>/ may
 # include its own folder's headers and those of the folders that
-# src/<folder>/README.md names on its "May use:" line, nothing else; and those
-# lines form no cycle. And no file passes max_lines unless its opening
-# comment says why it reads best whole ("One concern, read whole: ...").
+# src/<folder>/README.md lists under "May use:", each with its reason
+# ("- base: logging and errors"), nothing else; and those lists form no cycle.
+# And no file passes max_lines unless its opening comment says why it reads
+# best whole ("One concern, read whole: ...").
 # Run by CTest (layout):
 #   cmake -DSOURCE_DIR=<repo> -P cmake/CheckLayout.cmake
 # A failure names the file, the line, the header and the rule it breaks.
@@ -18,19 +19,63 @@ file(GLOB folder_readmes RELATIVE "${SOURCE_DIR}/src" "${SOURCE_DIR}/src/*/READM
 if(NOT folder_readmes)
   message(FATAL_ERROR "${SOURCE_DIR}/src: no folder with a README.md; is SOURCE_DIR the repository?")
 endif()
+# A README says "May use: nothing." or "May use:" followed by one bullet per
+# folder, "- <folder>: <why>", up to the first line that is no bullet.
+string(CONCAT list_form "\"May use:\" and under it one line per folder, "
+       "\"- <folder>: <why it uses it>\" (docs/layout.md), or \"May use: nothing.\"")
 set(folders "")
 foreach(readme IN LISTS folder_readmes)
   get_filename_component(folder "${readme}" DIRECTORY)
   list(APPEND folders "${folder}")
-  file(STRINGS "${SOURCE_DIR}/src/${readme}" may_use REGEX "^May use:")
-  if(NOT may_use)
-    message(FATAL_ERROR "src/${readme}: no \"May use:\" line (\"May use: nothing.\" for none)")
+  # Lines split by hand: file(STRINGS) would also split them at ';', and a '['
+  # in a list element would hide the ';' after it.
+  file(READ "${SOURCE_DIR}/src/${readme}" text)
+  string(REGEX REPLACE "[][;]" "_" text "${text}")
+  string(REPLACE "\r" "" text "${text}")
+  string(REPLACE "\n" ";" lines "${text}")
+  set(may_use "")
+  set(nothing FALSE)
+  set(state "before")  # before the "May use:" line, in its list, or after it
+  foreach(line IN LISTS lines)
+    string(STRIP "${line}" line)
+    if(line MATCHES "^May use:")
+      if(NOT state STREQUAL "before")
+        message(FATAL_ERROR "src/${readme}: a second \"May use:\" line; keep one, with ${list_form}")
+      endif()
+      if(line MATCHES "^May use: nothing\\.?$")
+        set(nothing TRUE)
+        set(state "after")
+      elseif(line STREQUAL "May use:")
+        set(state "list")
+      else()
+        message(FATAL_ERROR "src/${readme}: \"${line}\" names the folders without their reasons; "
+                            "write ${list_form}")
+      endif()
+    elseif(state STREQUAL "list")
+      if(NOT line MATCHES "^- ")
+        set(state "after")
+      elseif(line MATCHES "^- ([a-z0-9_]+):(.*)$")
+        set(used "${CMAKE_MATCH_1}")
+        string(STRIP "${CMAKE_MATCH_2}" why)
+        if(why STREQUAL "")
+          message(FATAL_ERROR "src/${readme}: \"${line}\" gives no reason; write "
+                              "\"- ${used}: <what this folder takes from ${used}/>\"")
+        endif()
+        if(used IN_LIST may_use)
+          message(FATAL_ERROR "src/${readme}: \"${used}\" is listed twice under \"May use:\"; keep one")
+        endif()
+        list(APPEND may_use "${used}")
+      else()
+        message(FATAL_ERROR "src/${readme}: \"${line}\" under \"May use:\" is no \"- <folder>: <why>\"; "
+                            "write ${list_form}")
+      endif()
+    endif()
+  endforeach()
+  if(state STREQUAL "before")
+    message(FATAL_ERROR "src/${readme}: no \"May use:\"; write ${list_form}")
   endif()
-  string(REGEX REPLACE "^May use:[ ]*" "" may_use "${may_use}")
-  string(REGEX REPLACE "[.`]" "" may_use "${may_use}")
-  string(REGEX REPLACE "[ ]*,[ ]*" ";" may_use "${may_use}")
-  if(may_use STREQUAL "nothing")
-    set(may_use "")
+  if(NOT may_use AND NOT nothing)
+    message(FATAL_ERROR "src/${readme}: \"May use:\" lists no folder; write ${list_form}")
   endif()
   set(uses_${folder} "${may_use}")
 endforeach()
@@ -61,7 +106,7 @@ while(left)
     endif()
   endforeach()
   if(NOT progress)
-    message(FATAL_ERROR "the \"May use:\" lines of src/*/README.md form a cycle among: ${left}")
+    message(FATAL_ERROR "the \"May use:\" lists of src/*/README.md form a cycle among: ${left}")
   endif()
 endwhile()
 

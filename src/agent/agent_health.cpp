@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include "agent_impl.hpp"
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/plan/rank_plan.hpp"
 
@@ -56,7 +57,7 @@ std::optional<int> Agent::Impl::check_health() {
             result->last_lines);
     });
     if (result->healthy()) {
-        spdlog::debug("health check passed in {} ms", result->took.count());
+        spdlog::debug("health check passed in {}", duration_text(result->took));
         return std::nullopt;
     }
     const std::string verdict = fmt::format("{} is unhealthy: its --health-check `{}` {}",

@@ -8,17 +8,10 @@
 #include <signal.h>
 
 #include "agent_impl.hpp"
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/logging.hpp"
 
 namespace ddprun {
-
-namespace {
-
-double seconds(std::chrono::steady_clock::duration duration) {
-    return std::chrono::duration<double>(duration).count();
-}
-
-}  // namespace
 
 void Agent::Impl::watch_uninterruptible() {
     if (!uninterruptible) {
@@ -46,19 +39,20 @@ void Agent::Impl::look_for_uninterruptible() {
         return fmt::format("pid {}", pid);
     };
     for (pid_t pid : looked.entered)
-        spdlog::debug("{} is in uninterruptible sleep (D state); the job stops if it stays {:g} s",
-                      describe(pid), seconds(*uninterruptible->timeout));
+        spdlog::debug("{} is in uninterruptible sleep (D state); the job stops if it stays {}",
+                      describe(pid), duration_text(*uninterruptible->timeout));
     if (!looked.stuck.empty()) {
         const auto& first = looked.stuck.front();
         std::string also;
         for (std::size_t i = 1; i < looked.stuck.size(); ++i)
-            also += fmt::format("{}{} for {:.1f} s", also.empty() ? "; also " : ", ",
-                                describe(looked.stuck[i].pid), seconds(looked.stuck[i].dwell));
+            also +=
+                fmt::format("{}{} for {}", also.empty() ? "; also " : ", ",
+                            describe(looked.stuck[i].pid), duration_text(looked.stuck[i].dwell));
         const std::string message = fmt::format(
-            "{} on {} has been in uninterruptible sleep (D state) for {:.1f} s{} "
+            "{} on {} has been in uninterruptible sleep (D state) for {}{} "
             "({}={}): wedged in the kernel (a driver, a device, a file system); the job "
             "stops without a restart",
-            describe(first.pid), describe_node(), seconds(first.dwell), also,
+            describe(first.pid), describe_node(), duration_text(first.dwell), also,
             k_uninterruptible_variable, uninterruptible->value);
         // As for a worker's failure: this node's workers stop at once (their exits are
         // ddprun's doing from here on); the abort comes back as the round's stop, on every

@@ -98,7 +98,7 @@ const char* build_commit() {
 
 std::string version_report() {
     // Each file mapped once, for all that is read of it, and left mapped: the
-    // three munmaps took 0.4 ms of a --version that has 3 ms on a VM.
+    // three munmaps would cost 0.4 ms of a --version that has 3 ms on a VM.
     MappedFile loader_cache(k_loader_cache);
     std::string report = std::string("ddprun ") + version() + " (commit " + build_commit() + ")\n";
     const PluginLocation store_plugin = locate_store_plugin();

@@ -9,6 +9,7 @@
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/text.hpp"
 #include "ddprun/rendezvous/etcd_liveness.hpp"
+#include "ddprun/rendezvous/round_signals.hpp"
 #include "ddprun/store/signed_store.hpp"
 
 #include <cstdio>
@@ -63,8 +64,9 @@ std::optional<Error> Coordinator::arrive() {
         if (m_entry) {
             // etcd: counted in before anything is read, so that the last agent out of
             // a job that is ending keeps its keys for this one (end_elastic_run_if_last).
-            m_entry->hold(fmt::format("e/arriving/{}-{}", m_options.me.host, m_options.me.pid));
-            m_entered_lease = m_entry->lease();
+            m_entry->hold(JobKeys::in_elastic(
+                fmt::format("arriving/{}-{}", m_options.me.host, m_options.me.pid)));
+            m_entered.lease = m_entry->lease();
         }
         if (auto ended = ElasticMember::ended(*m_store, m_options.run_id)) return ended;
         m_round = -1;  // no round joined yet: heartbeats only
@@ -74,9 +76,9 @@ std::optional<Error> Coordinator::arrive() {
         if (m_entry) {
             // etcd: alive under this agent's lease from now on, and the leader is whoever
             // holds "e/leader" (this agent, if nobody does yet).
-            m_entry->hold(fmt::format("e/alive/{}", m_agent));
-            m_entered_lease = m_entry->lease();
-            auto leader = m_entry->campaign("e/leader", std::to_string(m_agent));
+            m_entry->hold(JobKeys::in_elastic(fmt::format("alive/{}", m_agent)));
+            m_entered.lease = m_entry->lease();
+            auto leader = m_entry->campaign(JobKeys::in_elastic("leader"), std::to_string(m_agent));
             m_leader_revision = leader.revision;
             follow_leader(leader_of(leader));
             if (m_followed_leader == m_agent) lead(-1, {});
@@ -96,7 +98,7 @@ int Coordinator::leader_of(const EtcdLiveness::Held& held) const {
             StoreError::Kind::Other,
             fmt::format("malformed record under '{}': '{}' is not an agent id (another program "
                         "writes under this job's keys?)",
-                        elastic_key(m_options.run_id, "leader"), held.value));
+                        JobKeys(m_options.run_id).elastic("leader"), held.value));
     return static_cast<int>(*agent);
 }
 
@@ -196,7 +198,7 @@ Coordinator::~Coordinator() {
     if (m_heartbeat.joinable()) m_heartbeat.join();
     stop_watcher();
     m_ops->join();
-    if (m_entry && m_options.elastic && m_entered_lease != 0) {
+    if (m_entry && m_options.elastic && m_entered.lease != 0) {
         // Its keys go at once, the others re-form or elect a leader at once; but its
         // leader's thread first (within a slice): it reads keys that go with the last
         // agent in. A client of its own: the others were cancelled.
@@ -205,14 +207,14 @@ Coordinator::~Coordinator() {
         client.timeout = std::min<std::chrono::milliseconds>(client.timeout, 2s);
         try {
             EtcdClient(client).call("/v3/lease/revoke",
-                                    {{"ID", std::to_string(m_entered_lease.load())}});
+                                    {{"ID", std::to_string(m_entered.lease.load())}});
             if (end_elastic_run_if_last(*m_options.etcd, m_options.run_id))
                 spdlog::debug("the last agent out: removed the run's etcd keys");
         } catch (const StoreError& e) {
             spdlog::debug("leaving etcd (its keys go with their lease): {}", e.what());
         }
     }
-    if (m_entry && !m_options.elastic && m_entered_round >= 0) {
+    if (m_entry && !m_options.elastic && m_entered.round >= 0) {
         try {
             if (count_out_of_run(*m_options.etcd, m_options.run_id, nnodes()))
                 spdlog::debug("the last node out: removed the run's etcd keys");
@@ -277,9 +279,9 @@ void Coordinator::join(int round, int node_rank, int master_port, JoinDone done)
             // is seen through the watch of the others.
             try {
                 const std::int64_t revision = m_entry->enter(round, result->node_rank);
-                m_entered_lease = m_entry->lease();
-                m_entered_revision = revision;
-                m_entered_round = round;
+                m_entered.lease = m_entry->lease();
+                m_entered.revision = revision;
+                m_entered.round = round;
             } catch (const StoreError& e) {
                 result = std::unexpected(
                     Error{fmt::format("putting this node's etcd lease key: {}", e.what()),
@@ -386,7 +388,7 @@ void Coordinator::publish_finished(int round, int node_rank) {
 void Coordinator::publish_kill(int round) {
     asio::post(*m_ops, [this, round] {
         try {
-            m_ops_store->set(m_ops_rendezvous->key(round, "kill"), "1");
+            RoundSignals::publish_kill(*m_ops_store, JobKeys(m_options.run_id), round);
         } catch (const StoreError& e) {
             spdlog::debug("asking the other nodes to kill their workers: {}", e.what());
         }
@@ -423,7 +425,8 @@ std::optional<Error> Coordinator::check_run_id() {
     try {
         std::string first;
         try {
-            first = m_store->compare_set("ddprun/run_id", "", mine + "\n" + me + "\n" + program);
+            first =
+                m_store->compare_set(JobKeys::run_id_key(), "", mine + "\n" + me + "\n" + program);
         } catch (const RecordRejected&) {
             // Warned by the store. Nothing is decided on it: the join that follows is signed
             // throughout, and fails on every node at once if another agent's secret differs
@@ -476,9 +479,8 @@ void Coordinator::broadcast_signal(int round, int node_rank, int signal) {
     const int origin = m_options.elastic ? m_agent : node_rank;
     asio::post(*m_ops, [this, round, origin, signal] {
         try {
-            std::int64_t n = m_ops_store->add(m_ops_rendezvous->key(round, "signals"), 1);
-            m_ops_store->set(m_ops_rendezvous->key(round, fmt::format("signal/{}", n)),
-                             fmt::format("{} {}", signal, origin));
+            RoundSignals::publish_signal(*m_ops_store, JobKeys(m_options.run_id), round, signal,
+                                         origin);
         } catch (const StoreError& e) {
             spdlog::warn("could not pass the signal on to the other nodes: {}", e.what());
         }

@@ -35,7 +35,7 @@ void Coordinator::publish_status(Store& store, StatusPublication& publication) {
     }
     publication.next = now + status_period(m_options.heartbeat_timeout);
     mine.time_ms = wall_ms();
-    for (const Straggler& straggler : publication.publisher.publish(store, std::move(mine), now))
+    for (const Straggler& straggler : publication.publisher.tick(store, std::move(mine), now))
         if (m_on_straggler) reach_agent([this, straggler] { m_on_straggler(straggler); });
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/ports.hpp"
 #include "ddprun/base/signals.hpp"
@@ -108,9 +109,9 @@ class StoreCluster final : public Cluster {
             if (ec) return;
             m_coordinator->abort(
                 m_round,
-                fmt::format("the other nodes did not finish within {} s "
+                fmt::format("the other nodes did not finish within {} "
                             "(--rdzv_conf exit_barrier_timeout)",
-                            m_coordinator->options().barrier_timeout.count() / 1000),
+                            duration_text(m_coordinator->options().barrier_timeout)),
                 exit_code::kRendezvous);
         });
     }
@@ -283,8 +284,8 @@ void StoreCluster::join(int round, int master_port, RoundHandlers handlers, Join
         m_coordinator->abandon();
         joined(std::unexpected(rendezvous_error(fmt::format(
             "the rendezvous store at --rdzv_endpoint did not answer within the join timeout "
-            "({} s); is something else listening on that port?",
-            m_coordinator->options().join_timeout.count() / 1000))));
+            "({}); is something else listening on that port?",
+            duration_text(m_coordinator->options().join_timeout)))));
     });
 }
 
@@ -380,9 +381,9 @@ void StoreCluster::watch_store() {
         if (ec || m_stop) return;
         if (m_coordinator->store_stalled()) {
             stop(store_lost(fmt::format(
-                "the rendezvous store stopped answering (no reply for over {} s: its host is "
+                "the rendezvous store stopped answering (no reply for over {}: its host is "
                 "frozen or cut off)",
-                m_coordinator->options().heartbeat_timeout.count() / 1000)));
+                duration_text(m_coordinator->options().heartbeat_timeout))));
             return;
         }
         watch_store();

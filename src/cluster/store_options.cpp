@@ -1,16 +1,21 @@
-// The Coordinator's options for this node, and node 0's host checked (see
-// store_options.hpp).
+// A job's store from its rendezvous options (job_store.hpp), the Coordinator's
+// options for this node around it, and node 0's host checked (store_options.hpp).
 #include "store_options.hpp"
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "ddprun/base/ports.hpp"
 #include "ddprun/cluster/job_store.hpp"
 #include "ddprun/plan/rank_plan.hpp"
+#include "ddprun/rendezvous/job_keys.hpp"
+#include "ddprun/store/etcd_client.hpp"
 #include "ddprun/store/signed_store.hpp"
 
 namespace ddprun {
@@ -22,48 +27,74 @@ constexpr std::chrono::milliseconds k_resolve_retry{5000};
 
 }  // namespace
 
-std::expected<Coordinator::Options, Error> coordinator_options(const LaunchContext& ctx) {
-    const auto& config = ctx.config;
-    const RendezvousSettings& settings = config.rendezvous;
-    Coordinator::Options options;
-    const bool etcd = config.rdzv_backend == "etcd";
-    const std::string endpoints =
-        config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint;
+JobStoreSettings job_store_settings(const LaunchConfig& config, std::string etcd_password,
+                                    std::string secret) {
+    JobStoreSettings settings;
+    settings.backend = config.rdzv_backend;
+    settings.endpoints = config.rdzv_endpoint.empty() ? config.master_addr : config.rdzv_endpoint;
+    settings.run_id = config.rdzv_id;
+    settings.rendezvous = config.rendezvous;
+    settings.etcd_password = std::move(etcd_password);
+    settings.secret = std::move(secret);
+    return settings;
+}
+
+std::string JobStoreOptions::where() const {
+    return fmt::format("{} at {}:{}", etcd ? "etcd" : "the c10d store", store.host, store.port);
+}
+
+std::expected<JobStoreOptions, Error> job_store_options(const JobStoreSettings& settings) {
+    const RendezvousSettings& conf = settings.rendezvous;
+    const std::string& endpoints = settings.endpoints;
+    const bool etcd = settings.backend == "etcd";
     auto split =
         split_endpoint(endpoints.substr(0, endpoints.find(',')), etcd ? 2379 : k_default_rdzv_port);
     if (!split) return std::unexpected(split.error());
-    const Endpoint& endpoint = *split;
+    JobStoreOptions options;
+    options.store.host = split->host;
+    options.store.port = split->port;
+    options.store.timeout = conf.read_timeout;
+    if (!etcd) return options;
+    EtcdStoreOptions& store = options.etcd.emplace();
+    for (std::size_t at = 0; at <= endpoints.size();) {
+        auto comma = std::min(endpoints.find(',', at), endpoints.size());
+        auto member = split_endpoint(endpoints.substr(at, comma - at), 2379);
+        if (!member) return std::unexpected(member.error());
+        store.client.endpoints.push_back(*member);
+        at = comma + 1;
+    }
+    store.client.timeout = conf.read_timeout;
+    if (auto prefix = conf.other.find("prefix"); prefix != conf.other.end())
+        store.prefix = prefix->second;
+    store.job_root = JobKeys::k_root;
+    const EtcdAccess& access = conf.etcd;
+    if (access.https)
+        store.client.tls = EtcdTls{access.ca_cert, access.ssl_cert, access.ssl_cert_key};
+    if (!access.user.empty())
+        store.client.credentials = EtcdCredentials{access.user, settings.etcd_password};
+    return options;
+}
+
+std::expected<Coordinator::Options, Error> coordinator_options(const LaunchContext& ctx) {
+    const auto& config = ctx.config;
+    const RendezvousSettings& settings = config.rendezvous;
+    auto store = job_store_options(job_store_settings(config, ctx.etcd_password, ctx.rdzv_secret));
+    if (!store) return std::unexpected(store.error());
+    Coordinator::Options options;
+    options.store = store->store;
+    options.etcd = std::move(store->etcd);
+    const bool etcd = options.etcd.has_value();
     if (etcd) {
-        EtcdStoreOptions store;
-        for (std::size_t at = 0; at <= endpoints.size();) {
-            auto comma = std::min(endpoints.find(',', at), endpoints.size());
-            auto member = split_endpoint(endpoints.substr(at, comma - at), 2379);
-            if (!member) return std::unexpected(member.error());
-            store.client.endpoints.push_back(*member);
-            at = comma + 1;
-        }
-        store.client.timeout = settings.read_timeout;
         // Longer than this without etcd, the others give this agent up anyway.
-        store.client.outage_grace = settings.heartbeat_timeout;
-        if (auto prefix = settings.other.find("prefix"); prefix != settings.other.end())
-            store.prefix = prefix->second;
-        const EtcdAccess& access = settings.etcd;
-        if (access.https)
-            store.client.tls = EtcdTls{access.ca_cert, access.ssl_cert, access.ssl_cert_key};
-        if (!access.user.empty())
-            store.client.credentials = EtcdCredentials{access.user, ctx.etcd_password};
+        options.etcd->client.outage_grace = settings.heartbeat_timeout;
         // A job's keys outlive its last agent by this much at most: the others notice
         // a death within a heartbeat timeout and take at most the exit barrier to end.
-        store.lease = std::make_shared<EtcdKeyLease>(
-            store.client,
+        options.etcd->lease = std::make_shared<EtcdKeyLease>(
+            options.etcd->client,
             std::chrono::ceil<std::chrono::seconds>(2 * settings.heartbeat_timeout +
                                                     settings.exit_barrier_timeout),
-            store.prefix + config.rdzv_id + "/lease");
-        options.etcd = std::move(store);
+            JobKeys(config.rdzv_id).lease(options.etcd->prefix));
     }
-    options.store.host = endpoint.host;
-    options.store.port = endpoint.port;
-    options.store.timeout = settings.read_timeout;
     options.run_id = config.rdzv_id;
     options.secret = ctx.rdzv_secret;
     options.join_timeout = settings.join_timeout;
@@ -76,7 +107,7 @@ std::expected<Coordinator::Options, Error> coordinator_options(const LaunchConte
     me.node_rank = config.node_rank.value_or(-1);
     me.host = ctx.host;
     // Node 0's address is MASTER_ADDR: the store's host's (c10d), or its own (etcd).
-    me.addr = !config.local_addr.empty() ? config.local_addr : etcd ? ctx.host : endpoint.host;
+    me.addr = !config.local_addr.empty() ? config.local_addr : etcd ? ctx.host : options.store.host;
     me.nproc = ctx.nproc;
     me.pid = ::getpid();
     me.fingerprint.nnodes = config.nnodes;
@@ -99,26 +130,22 @@ std::expected<Coordinator::Options, Error> coordinator_options(const LaunchConte
     // the first agent on the endpoint's machine to bind its port.
     std::optional<bool> is_host = settings.is_host;
     if (!is_host && config.node_rank) is_host = *config.node_rank == 0;
-    options.store.is_server = !etcd && is_host.value_or(is_local_host(endpoint.host));
+    options.store.is_server = !etcd && is_host.value_or(is_local_host(options.store.host));
     return options;
 }
 
-std::expected<JobStoreClient, Error> open_job_store(const LaunchContext& ctx,
+std::expected<JobStoreClient, Error> open_job_store(const JobStoreSettings& settings,
                                                     std::chrono::milliseconds timeout) {
-    auto options = coordinator_options(ctx);
+    auto options = job_store_options(settings);
     if (!options) return std::unexpected(options.error());
     JobStoreClient client;
     client.etcd = options->etcd.has_value();
-    client.where = fmt::format("{} at {}:{}", client.etcd ? "etcd" : "the c10d store",
-                               options->store.host, options->store.port);
+    client.where = options->where();
     try {
         if (options->etcd) {
-            options->etcd->lease.reset();  // a reader writes nothing: no lease to keep
             options->etcd->client.timeout = timeout;
-            options->etcd->client.outage_grace = std::chrono::milliseconds(0);
             client.store = open_etcd_store(*options->etcd);
         } else {
-            options->store.is_server = false;
             options->store.timeout = timeout;
             client.store = open_tcp_store(options->store);
         }
@@ -129,8 +156,38 @@ std::expected<JobStoreClient, Error> open_job_store(const LaunchContext& ctx,
                         e.what()),
             1});
     }
-    client.store = sign_store(std::move(client.store), ctx.rdzv_secret);
+    client.store = sign_store(std::move(client.store), settings.secret);
     return client;
+}
+
+std::expected<std::string, Error> read_etcd_access(std::string_view backend,
+                                                   const EtcdAccess& access) {
+    if (backend != "etcd") return std::string();
+    if (access.https) {
+        try {
+            if (auto problem =
+                    check_tls_files({access.ca_cert, access.ssl_cert, access.ssl_cert_key}))
+                return std::unexpected(usage_error(*problem));
+        } catch (const StoreError& error) {
+            // The OpenSSL plugin cannot be loaded: opening the store would fail the same way.
+            return std::unexpected(rendezvous_error(error.what()));
+        }
+    }
+    if (access.user.empty()) return std::string();
+    const std::string shown = "--rdzv_conf password_file=" + access.password_file;
+    std::ifstream file(access.password_file);
+    if (!file)
+        return std::unexpected(usage_error(
+            fmt::format("{}: cannot read it ({}); it holds the password of etcd user '{}'", shown,
+                        std::strerror(errno), access.user)));
+    std::string password;
+    std::getline(file, password);  // the first line, without its newline
+    if (!password.empty() && password.back() == '\r') password.pop_back();
+    if (password.empty())
+        return std::unexpected(usage_error(
+            fmt::format("{}: the first line is empty; write the password of etcd user '{}' there",
+                        shown, access.user)));
+    return password;
 }
 
 std::optional<Error> check_store_host(const LaunchConfig& config, const std::string& host) {

@@ -13,7 +13,8 @@
 
 namespace ddprun {
 
-// The store's endpoint (c10d or etcd), this node's record and the job's
+// The store's endpoint (c10d or etcd) as job_store_options() makes it, with an
+// agent's etcd lease and outage grace; this node's record and the job's
 // fingerprint, the rendezvous timeouts; and whether this node hosts the store.
 std::expected<Coordinator::Options, Error> coordinator_options(const LaunchContext& ctx);
 

@@ -11,12 +11,13 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/text.hpp"
 #include "ddprun/config/config.hpp"
+#include "ddprun/records/wire.hpp"
 #include "ddprun/store/signed_store.hpp"
 #include "elastic_shared.hpp"
-#include "records/records_internal.hpp"
 
 namespace ddprun {
 
@@ -28,31 +29,27 @@ using elastic_shared::timed_out;
 
 // The job's end as its leader published it ("closed"), if it did: the answer every
 // agent still waiting gets, or why the record cannot be read. Throws StoreError.
-std::optional<std::expected<detail::ElasticAnswer, Error>> read_closed(Store& store,
-                                                                       const std::string& run_id) {
-    const std::string closed_key = elastic_key(run_id, "closed");
+std::optional<std::expected<wire::ElasticAnswer, Error>> read_closed(Store& store,
+                                                                     const std::string& run_id) {
+    const std::string closed_key = JobKeys(run_id).elastic("closed");
     if (!store.check({closed_key})) return std::nullopt;
-    auto end = detail::parse_answer(store.get(closed_key));
-    if (!end) return std::unexpected(rendezvous_error(detail::malformed(closed_key, end.error())));
+    auto end = wire::parse_answer(store.get(closed_key));
+    if (!end) return std::unexpected(rendezvous_error(wire::malformed(closed_key, end.error())));
     return *end;
 }
 
 }  // namespace
 
-std::string elastic_key(const std::string& run_id, std::string_view name) {
-    return fmt::format("ddprun/{}/e/{}", run_id, name);
-}
-
 std::string lease_expired(std::chrono::milliseconds ttl) {
     return fmt::format(
-        "stopped answering (its etcd lease of {} ms expired: killed, frozen or cut "
+        "stopped answering (its etcd lease of {} expired: killed, frozen or cut "
         "off)",
-        ttl.count());
+        duration_text(ttl));
 }
 
 std::string queue_key(const std::string& run_id, int leader, std::string_view name) {
-    return leader < 0 ? elastic_key(run_id, name)
-                      : elastic_key(run_id, fmt::format("L{}/{}", leader, name));
+    return leader < 0 ? JobKeys(run_id).elastic(name)
+                      : JobKeys(run_id).elastic(fmt::format("L{}/{}", leader, name));
 }
 
 // ---------------------------------------------------------------------------
@@ -70,16 +67,17 @@ std::optional<Error> ElasticMember::ended(Store& store, const std::string& run_i
         "earlier job's with the same --rdzv_id whose agent died (over etcd they go with their "
         "lease, 2 x heartbeat_timeout + exit_barrier_timeout after its last agent): give this "
         "job its own --rdzv_id",
-        detail::quote_value(run_id), (*closed)->message));
+        wire::quote_value(run_id), (*closed)->message));
 }
 
 // A forged add to "arrivals" only skips agent ids.
 int ElasticMember::arrive(Store& store, const std::string& run_id) {
-    return static_cast<int>(store.add(elastic_key(run_id, "arrivals"), 1) - 1);
+    return static_cast<int>(store.add(JobKeys(run_id).elastic("arrivals"), 1) - 1);
 }
 
 std::string ElasticMember::heartbeat_key(bool leader) const {
-    return elastic_key(m_run_id, leader ? std::string("hb/host") : fmt::format("hb/{}", m_agent));
+    return JobKeys(m_run_id).elastic(leader ? std::string("hb/host")
+                                            : fmt::format("hb/{}", m_agent));
 }
 
 // A forged add to "events" numbers an event nobody writes: the leader skips the gap
@@ -91,17 +89,17 @@ void ElasticMember::post(const std::string& event) {
 }
 
 void ElasticMember::report_lost(int agent, const std::string& why) {
-    post(detail::lost_event_json(agent, why));
+    post(wire::lost_event_json(agent, why));
 }
 
 void ElasticMember::leave(const std::string& why) {
     // Also for a successor of the leader (etcd), which may not have read the event.
-    m_store.set(elastic_key(m_run_id, fmt::format("left/{}", m_agent)), why);
-    post(detail::leave_event_json(m_agent, why));
+    m_store.set(JobKeys(m_run_id).elastic(fmt::format("left/{}", m_agent)), why);
+    post(wire::leave_event_json(m_agent, why));
 }
 
 void ElasticMember::close(int exit_code, const std::string& message) {
-    post(detail::close_event_json(m_agent, exit_code, message));
+    post(wire::close_event_json(m_agent, exit_code, message));
 }
 
 std::expected<RoundMembership, Error> ElasticMember::join(
@@ -111,7 +109,7 @@ std::expected<RoundMembership, Error> ElasticMember::join(
     bool said_spare = false;
     try {
         int asked = m_leader;
-        post(detail::join_event_json(m_agent, m_next_answer, me));
+        post(wire::join_event_json(m_agent, m_next_answer, me));
         for (;;) {
             const std::string key = answer_key(m_run_id, m_agent, m_next_answer);
             try {
@@ -124,7 +122,7 @@ std::expected<RoundMembership, Error> ElasticMember::join(
                     // late answer of the lost one is never read).
                     asked = m_leader;
                     ++m_next_answer;
-                    post(detail::join_event_json(m_agent, m_next_answer, me));
+                    post(wire::join_event_json(m_agent, m_next_answer, me));
                     continue;
                 }
                 // The job ended before the leader read this agent's event.
@@ -133,31 +131,31 @@ std::expected<RoundMembership, Error> ElasticMember::join(
                     return std::unexpected(Error{(*closed)->message, (*closed)->exit_code});
                 }
                 // A fixed-size job's node 0 never answers: its record says so.
-                const std::string zero_key = round_key(m_run_id, 0, "zero");
+                const std::string zero_key = JobKeys(m_run_id).round(0, "zero");
                 if (!zero_checked && m_store.check({zero_key})) {
                     zero_checked = true;
                     auto zero = parse_node_info(m_store.get(zero_key));
                     const Fingerprint& mine = me.fingerprint;
                     if (zero && (zero->fingerprint.nnodes != mine.nnodes ||
                                  zero->fingerprint.min() != mine.min())) {
-                        return std::unexpected(rendezvous_error(detail::nnodes_mismatch(
+                        return std::unexpected(rendezvous_error(wire::nnodes_mismatch(
                             nnodes_text(zero->fingerprint.min(), zero->fingerprint.nnodes),
                             nnodes_text(mine.min(), mine.nnodes), -1)));
                     }
                 }
                 continue;
             }
-            auto answer = detail::parse_answer(m_store.get(key));
+            auto answer = wire::parse_answer(m_store.get(key));
             ++m_next_answer;
             if (!answer)
-                return std::unexpected(rendezvous_error(detail::malformed(key, answer.error())));
+                return std::unexpected(rendezvous_error(wire::malformed(key, answer.error())));
             switch (answer->kind) {
-                case detail::ElasticAnswer::Kind::Round: {
-                    const std::string result_key = round_key(m_run_id, answer->round, "result");
+                case wire::ElasticAnswer::Kind::Round: {
+                    const std::string result_key = JobKeys(m_run_id).round(answer->round, "result");
                     return parse_round_result(m_store.get(result_key), result_key, m_run_id,
                                               answer->round, me);
                 }
-                case detail::ElasticAnswer::Kind::Spare:
+                case wire::ElasticAnswer::Kind::Spare:
                     if (!said_spare && on_spare) {
                         on_spare(fmt::format(
                             "the job has its maximum of {} nodes (--nnodes={}); waiting as a spare "
@@ -167,8 +165,8 @@ std::expected<RoundMembership, Error> ElasticMember::join(
                     }
                     said_spare = true;
                     continue;
-                case detail::ElasticAnswer::Kind::Finished:
-                case detail::ElasticAnswer::Kind::Refused:
+                case wire::ElasticAnswer::Kind::Finished:
+                case wire::ElasticAnswer::Kind::Refused:
                     m_store.set(key + "/read", "1");
                     return std::unexpected(Error{answer->message, answer->exit_code});
             }

@@ -12,12 +12,13 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/text.hpp"
 #include "ddprun/config/config.hpp"
+#include "ddprun/records/wire.hpp"
 #include "ddprun/store/signed_store.hpp"
 #include "elastic_shared.hpp"
-#include "records/records_internal.hpp"
 
 namespace ddprun {
 
@@ -72,9 +73,9 @@ struct ElasticLeader::Impl {
     void check_heartbeats(Clock::time_point now);
     void check_finishing();
     void carry_out(const MembershipAction& action);
-    void answer(int agent, detail::ElasticAnswer reply);
+    void answer(int agent, wire::ElasticAnswer reply);
     void close(int exit_code, const std::string& message);
-    std::string key(std::string_view name) const { return elastic_key(options.run_id, name); }
+    std::string key(std::string_view name) const { return JobKeys(options.run_id).elastic(name); }
     std::string queue(std::string_view name) const {
         return queue_key(options.run_id, options.leases ? options.agent : -1, name);
     }
@@ -131,7 +132,7 @@ void ElasticLeader::Impl::run() {
     // learn that the node counts differ.
     NodeInfo zero = options.me;
     zero.node_rank = 0;
-    store->set(round_key(options.run_id, 0, "zero"), to_json(zero));
+    store->set(JobKeys(options.run_id).round(0, "zero"), to_json(zero));
     if (options.lost_leader >= 0) take_over(Clock::now());
     for (const auto& action : planner.take_actions()) carry_out(action);
     const auto interval = std::max<milliseconds>(options.heartbeat_timeout / 5, milliseconds(50));
@@ -186,14 +187,14 @@ void ElasticLeader::Impl::skip_gap(Clock::time_point now) {
 }
 
 void ElasticLeader::Impl::handle(const std::string& text, Clock::time_point now) {
-    auto event = detail::parse_event(text);
+    auto event = wire::parse_event(text);
     if (!event) {
         spdlog::warn(
-            "{}", detail::malformed(queue(fmt::format("event/{}", next_event - 1)), event.error()));
+            "{}", wire::malformed(queue(fmt::format("event/{}", next_event - 1)), event.error()));
         return;
     }
     switch (event->kind) {
-        case detail::ElasticEvent::Kind::Join:
+        case wire::ElasticEvent::Kind::Join:
             next_answer[event->agent] = event->answer;
             if (!planner.info(event->agent) && event->agent != options.agent) {
                 check_finishing();  // a newcomer must not stop a round that is finishing
@@ -201,14 +202,14 @@ void ElasticLeader::Impl::handle(const std::string& text, Clock::time_point now)
             }
             planner.join(event->agent, event->node, now);
             break;
-        case detail::ElasticEvent::Kind::Leave:
+        case wire::ElasticEvent::Kind::Leave:
             monitor.forget(event->agent);
             planner.leave(event->agent, fmt::format("left ({})", event->message), now);
             break;
-        case detail::ElasticEvent::Kind::Lost:
+        case wire::ElasticEvent::Kind::Lost:
             planner.lost(event->agent, event->message, now);
             break;
-        case detail::ElasticEvent::Kind::Close:
+        case wire::ElasticEvent::Kind::Close:
             if (event->agent == options.agent) close(event->exit_code, event->message);
             break;
     }
@@ -219,9 +220,9 @@ void ElasticLeader::Impl::handle(const std::string& text, Clock::time_point now)
 void ElasticLeader::Impl::take_over(Clock::time_point now) {
     const std::string state_key = key("state");
     if (!store->check({state_key})) return;  // it formed no round: every agent asks again
-    auto state = detail::parse_state(store->get(state_key));
+    auto state = wire::parse_state(store->get(state_key));
     if (!state) {
-        spdlog::warn("{}", detail::malformed(state_key, state.error()));
+        spdlog::warn("{}", wire::malformed(state_key, state.error()));
         return;
     }
     restarts = state->restarts;
@@ -252,20 +253,16 @@ void ElasticLeader::Impl::check_heartbeats(Clock::time_point now) {
     for (int agent : planner.live()) {
         if (agent == options.agent) continue;
         const std::string hb_key = key(fmt::format("hb/{}", agent));
-        std::optional<std::int64_t> seq;
-        try {
-            if (store->check({hb_key})) seq = to_integer(store->get(hb_key));
-        } catch (const RecordRejected&) {
-            // No beat (warned by the store): the agent's next one replaces it.
-        }
-        monitor.observe(agent, seq, now);
+        // Missing or rejected (warned by the store): no beat; the agent's next replaces it.
+        auto beat = read_record(*store, hb_key);
+        monitor.observe(agent, beat ? to_integer(*beat) : std::nullopt, now);
     }
     for (int agent : monitor.stale(now)) {
         monitor.forget(agent);
         planner.lost(agent,
-                     fmt::format("stopped answering (no heartbeat for {} ms: killed, frozen or "
+                     fmt::format("stopped answering (no heartbeat for {}: killed, frozen or "
                                  "cut off)",
-                                 options.heartbeat_timeout.count()),
+                                 duration_text(options.heartbeat_timeout)),
                      now);
     }
 }
@@ -278,13 +275,13 @@ void ElasticLeader::Impl::check_finishing() {
         planner.finishing();
 }
 
-void ElasticLeader::Impl::answer(int agent, detail::ElasticAnswer reply) {
-    store->set(answer_key(options.run_id, agent, next_answer[agent]++), detail::answer_json(reply));
+void ElasticLeader::Impl::answer(int agent, wire::ElasticAnswer reply) {
+    store->set(answer_key(options.run_id, agent, next_answer[agent]++), wire::answer_json(reply));
 }
 
 void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
     using Kind = MembershipAction::Kind;
-    using Answer = detail::ElasticAnswer;
+    using Answer = wire::ElasticAnswer;
     switch (action.kind) {
         case Kind::Form: {
             if (action.round > 0) {
@@ -292,7 +289,7 @@ void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
                 const std::string stop_key = rounds.key(action.round - 1, "stop");
                 if (store->check({stop_key})) {
                     StopEvent stop =
-                        detail::parse_stop(store->get(stop_key), stop_key, options.run_id);
+                        wire::parse_stop(store->get(stop_key), stop_key, options.run_id);
                     if (stop.kind == StopEvent::Kind::Failure &&
                         (stop.failure.kind == FailureKind::Worker ||
                          stop.failure.kind == FailureKind::Hang))
@@ -300,17 +297,17 @@ void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
                 }
             }
             std::vector<NodeInfo> nodes;
-            detail::ElasticState state{action.round, restarts, {}};
+            wire::ElasticState state{action.round, restarts, {}};
             for (int agent : action.members) {
                 nodes.push_back(*planner.info(agent));
                 nodes.back().node_rank = static_cast<int>(nodes.size()) - 1;
                 state.members.emplace_back(agent, nodes.back());
             }
             // For a successor, should this leader be lost (etcd).
-            if (options.leases) store->set(key("state"), detail::state_json(state));
+            if (options.leases) store->set(key("state"), wire::state_json(state));
             store->compare_set(rounds.key(action.round, "result"), "",
-                               detail::membership_json(action.round, nodes, options.me.fingerprint,
-                                                       restarts, action.message));
+                               wire::membership_json(action.round, nodes, options.me.fingerprint,
+                                                     restarts, action.message));
             for (int agent : action.members)
                 answer(agent, Answer{Answer::Kind::Round, action.round, {}, 0});
             for (int agent : action.spares)
@@ -320,7 +317,7 @@ void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
         case Kind::Stop: {
             if (!action.failure) {
                 store->compare_set(rounds.key(action.round, "stop"), "",
-                                   detail::reform_stop_json(action.message, options.run_id));
+                                   wire::reform_stop_json(action.message, options.run_id));
                 return;
             }
             FailureRecord record;
@@ -353,12 +350,12 @@ void ElasticLeader::Impl::carry_out(const MembershipAction& action) {
 
 void ElasticLeader::Impl::close(int exit_code, const std::string& message) {
     closed = true;
-    using Answer = detail::ElasticAnswer;
+    using Answer = wire::ElasticAnswer;
     const Answer end = exit_code == 0 ? Answer{Answer::Kind::Finished, 0,
                                                "the job has finished; nothing to join", 0}
                                       : Answer{Answer::Kind::Refused, 0, message, exit_code};
     // Whoever comes later reads this instead of waiting for an answer.
-    store->set(key("closed"), detail::answer_json(end));
+    store->set(key("closed"), wire::answer_json(end));
     std::vector<std::string> reads;
     for (int agent : planner.waiting()) {
         if (agent != options.agent)
@@ -366,11 +363,7 @@ void ElasticLeader::Impl::close(int exit_code, const std::string& message) {
         answer(agent, end);
     }
     if (reads.empty()) return;
-    try {
-        store->wait(reads, k_read_bound);
-    } catch (const StoreError& error) {
-        if (!timed_out(error)) throw;
-    }
+    wait_for(*store, reads, k_read_bound);
 }
 
 }  // namespace ddprun

@@ -1,15 +1,15 @@
 // The records of an elastic job's event queue and of the leader's answers
-// (records_internal.hpp, elastic.hpp): written and read here, as untrusted
+// (wire.hpp, elastic.hpp): written and read here, as untrusted
 // text like every record (record_json.hpp).
 #include <optional>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "ddprun/records/wire.hpp"
 #include "records/record_json.hpp"
-#include "records/records_internal.hpp"
 
-namespace ddprun::detail {
+namespace ddprun::wire {
 
 using nlohmann::json;
 
@@ -152,4 +152,4 @@ std::expected<ElasticState, std::string> parse_state(std::string_view text) {
     return state;
 }
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::wire

@@ -17,7 +17,7 @@ namespace ddprun::elastic_shared {
 inline constexpr std::chrono::milliseconds k_slice{500};
 
 inline std::string answer_key(const std::string& run_id, int agent, int number) {
-    return elastic_key(run_id, fmt::format("answer/{}/{}", agent, number));
+    return JobKeys(run_id).elastic(fmt::format("answer/{}/{}", agent, number));
 }
 
 inline bool timed_out(const StoreError& error) {

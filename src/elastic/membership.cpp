@@ -5,18 +5,14 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/exit_codes.hpp"
 #include "ddprun/config/config.hpp"
-#include "records/records_internal.hpp"
+#include "ddprun/records/wire.hpp"
 
 namespace ddprun {
 
 namespace {
-
-std::string seconds_text(std::chrono::milliseconds duration) {
-    if (duration.count() % 1000 == 0) return fmt::format("{} s", duration.count() / 1000);
-    return fmt::format("{} ms", duration.count());
-}
 
 std::string join_changes(const std::vector<std::string>& changes) {
     std::string text;
@@ -56,7 +52,7 @@ const NodeInfo* MembershipPlanner::info(int agent) const {
 
 std::string MembershipPlanner::describe(int agent) const {
     const NodeInfo* node = info(agent);
-    return node && !node->host.empty() ? detail::describe_agent(node->host, node->pid)
+    return node && !node->host.empty() ? wire::describe_agent(node->host, node->pid)
                                        : fmt::format("agent {}", agent);
 }
 
@@ -102,7 +98,7 @@ void MembershipPlanner::join(int agent, const NodeInfo& node, Clock::time_point 
         return;
     }
     if (it == m_agents.end()) {
-        if (std::string conflict = detail::fingerprint_conflict(m_job, node.fingerprint);
+        if (std::string conflict = wire::fingerprint_conflict(m_job, node.fingerprint);
             !conflict.empty()) {
             answer(MembershipAction::Reply::Refused,
                    "rendezvous: this node does not run the same job as node 0: " + conflict,
@@ -259,18 +255,18 @@ void MembershipPlanner::try_form(Clock::time_point now) {
     if (m_round < 0) {
         give_up.message = fmt::format(
             "rendezvous timed out after {}: {} of at least {} nodes joined (--nnodes={})",
-            seconds_text(m_limits.join_timeout), waiting_count, m_limits.min_nnodes, nnodes);
+            duration_text(m_limits.join_timeout), waiting_count, m_limits.min_nnodes, nnodes);
     } else if (live_count < m_limits.min_nnodes) {
         give_up.message = fmt::format(
             "rendezvous: {} node(s) left of at least {} (--nnodes={}), and no node joined within "
             "{} (join_timeout); lost: {}",
-            live_count, m_limits.min_nnodes, nnodes, seconds_text(m_limits.join_timeout),
+            live_count, m_limits.min_nnodes, nnodes, duration_text(m_limits.join_timeout),
             join_changes(m_departed));
     } else {
         give_up.message = fmt::format(
             "rendezvous: the next round did not form within {} (join_timeout): {} of {} nodes "
             "came back",
-            seconds_text(m_limits.join_timeout), waiting_count, live_count);
+            duration_text(m_limits.join_timeout), waiting_count, live_count);
     }
     // Every waiting agent is told, and is gone for the planner.
     give_up.members = waiting_ids;

@@ -2,7 +2,10 @@
 // .ddprunenv files, runs every host's preflight and then its agent, all at
 // once, and passes their output, the user's signals and the job's exit code
 // through. One thread, one asio loop: the hosts' pipes, the signals (a
-// signalfd) and the timers are its events.
+// signalfd) and the timers are its events. Its writes (the console, the
+// lifelines) drop what a full or closed fd does not take (write_all's
+// WhenFull::GiveUp, EPIPE): an agent or a console that stopped reading must
+// not hold the launcher, which relays the other hosts and the signals.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -28,8 +31,10 @@
 #include <fmt/format.h>
 
 #include "ddprun/base/child_process.hpp"
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/exit_codes.hpp"
 #include "ddprun/base/fd.hpp"
+#include "ddprun/base/fd_io.hpp"
 #include "ddprun/base/line_splitter.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/process_tree.hpp"
@@ -62,16 +67,6 @@ constexpr std::chrono::milliseconds k_partial_flush{100};
 // to fd 1, its stderr (stream 1) to fd 2.
 int console_fd(std::size_t stream) {
     return static_cast<int>(stream) + 1;
-}
-
-// Writes all of `data` to `fd`; a closed console (EPIPE) is dropped quietly.
-void write_all(int fd, std::string_view data) {
-    while (!data.empty()) {
-        ssize_t n = ::write(fd, data.data(), data.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;
-        data.remove_prefix(static_cast<std::size_t>(n));
-    }
 }
 
 std::expected<pid_t, Error> spawn_host(const std::vector<std::string>& argv, int in, int out,
@@ -150,7 +145,8 @@ class Fleet {
             if (host.lifeline) {
                 // Before anything else on the lifeline: the pipe is empty, so the line (65
                 // bytes and a prefix) fits its buffer and this write does not block.
-                if (!m_secret_line.empty()) write_all(host.lifeline.get(), m_secret_line);
+                if (!m_secret_line.empty())
+                    write_all(host.lifeline.get(), m_secret_line, WhenFull::GiveUp);
                 ::fcntl(host.lifeline.get(), F_SETFL, O_NONBLOCK);
             }
             host.streams[0] =
@@ -230,15 +226,16 @@ class Fleet {
         }
         m_out.clear();
         host.lines[stream].feed_prefixed(chunk, "", m_out);
-        write_all(console_fd(stream), std::string_view(m_out.data(), m_out.size()));
+        write_all(console_fd(stream), std::string_view(m_out.data(), m_out.size()),
+                  WhenFull::GiveUp);
         if (host.lines[stream].has_partial()) schedule_flush();
     }
 
     void finish(Host& host, std::size_t stream) {
         if (m_mode == RemoteMode::Preflight) return;
         host.lines[stream].finish([stream](const LineSplitter::Segment& segment) {
-            write_all(console_fd(stream), segment.text);
-            if (!segment.complete) write_all(console_fd(stream), "\n");
+            write_all(console_fd(stream), segment.text, WhenFull::GiveUp);
+            if (!segment.complete) write_all(console_fd(stream), "\n", WhenFull::GiveUp);
         });
     }
 
@@ -252,7 +249,7 @@ class Fleet {
             for (Host& host : m_hosts)
                 for (std::size_t stream = 0; stream < 2; ++stream)
                     host.lines[stream].flush_partial([stream](const LineSplitter::Segment& s) {
-                        write_all(console_fd(stream), s.text);
+                        write_all(console_fd(stream), s.text, WhenFull::GiveUp);
                     });
         });
     }
@@ -313,7 +310,7 @@ class Fleet {
     void relay(int signal) {
         const std::string line = fmt::format("signal {}\n", signal);
         for (Host& host : m_hosts)
-            if (host.lifeline) write_all(host.lifeline.get(), line);
+            if (host.lifeline) write_all(host.lifeline.get(), line, WhenFull::GiveUp);
     }
 
     void kill_all() {
@@ -380,9 +377,9 @@ std::optional<int> preflight(const FanOutPlan& plan, const LaunchConfig& config)
         const auto& host = fleet.hosts()[i];
         std::optional<PreflightProblem> problem;
         if (host.killed)
-            problem =
-                PreflightProblem{exit_code::kRendezvous,
-                                 fmt::format("no answer within {} s", k_preflight_bound.count())};
+            problem = PreflightProblem{
+                exit_code::kRendezvous,
+                fmt::format("no answer within {}", duration_text(k_preflight_bound))};
         else
             problem = check_preflight(host.status.value_or(255), host.kept[0], host.kept[1],
                                       DDPRUN_VERSION, plan);
@@ -395,10 +392,9 @@ std::optional<int> preflight(const FanOutPlan& plan, const LaunchConfig& config)
         spdlog::error("{} of {} host{} cannot run the job; nothing was started", failed,
                       plan.hosts.size(), plan.hosts.size() == 1 ? "" : "s");
     else
-        spdlog::debug(
-            "preflight of {} hosts: {} ms (its own CPU {} ms)", plan.hosts.size(),
-            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begun).count(),
-            own_cpu_ms() - cpu_before);
+        spdlog::debug("preflight of {} hosts: {} (its own CPU {})", plan.hosts.size(),
+                      duration_text(Clock::now() - begun),
+                      duration_text(std::chrono::milliseconds(own_cpu_ms() - cpu_before)));
     return code;
 }
 

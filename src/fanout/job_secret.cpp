@@ -16,7 +16,9 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/fd.hpp"
+#include "ddprun/base/fd_io.hpp"
 #include "ddprun/fanout/lifeline.hpp"
 #include "ddprun/store/signed_store.hpp"
 
@@ -44,21 +46,15 @@ std::expected<std::string, Error> read_secret_file(const std::string& path,
             "{}: its group or others may access it (mode {:04o}): a job secret must be private, "
             "as ssh refuses a loose key; chmod 600 {}",
             shown, info.st_mode & 07777, path)));
-    std::string secret;
-    char buffer[4096];
-    for (;;) {
-        ssize_t n = ::read(file.get(), buffer, sizeof buffer);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0)
-            return std::unexpected(
-                usage_error(fmt::format("{}: cannot read it ({})", shown, std::strerror(errno))));
-        if (n == 0) break;
-        secret.append(buffer, static_cast<std::size_t>(n));
-        if (secret.size() > k_max_secret_bytes)
-            return std::unexpected(usage_error(
-                fmt::format("{}: larger than {} bytes, which no secret is: is it the right file?",
-                            shown, k_max_secret_bytes)));
-    }
+    auto read = read_to_eof(file.get(), k_max_secret_bytes);
+    if (!read && read.error() == EFBIG)
+        return std::unexpected(usage_error(
+            fmt::format("{}: larger than {} bytes, which no secret is: is it the right file?",
+                        shown, k_max_secret_bytes)));
+    if (!read)
+        return std::unexpected(usage_error(
+            fmt::format("{}: cannot read it ({})", shown, std::strerror(read.error()))));
+    std::string secret = std::move(*read);
     if (secret.size() < k_min_secret_bytes)
         return std::unexpected(usage_error(fmt::format(
             "{}: {} bytes, fewer than the {} a secret needs (head -c 32 /dev/urandom > PATH)",
@@ -79,9 +75,9 @@ std::expected<std::string, Error> read_stdin_line(int bound_ms) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0)
-            return std::unexpected(rendezvous_error(
-                fmt::format("{}=1: the --hosts launcher sent no secret within {} s",
-                            k_secret_on_stdin_variable, bound_ms / 1000)));
+            return std::unexpected(rendezvous_error(fmt::format(
+                "{}=1: the --hosts launcher sent no secret within {}", k_secret_on_stdin_variable,
+                duration_text(std::chrono::milliseconds(bound_ms)))));
         pollfd in{STDIN_FILENO, POLLIN, 0};
         int ready = ::poll(&in, 1, static_cast<int>(left.count()));
         if (ready < 0 && errno == EINTR) continue;

@@ -20,7 +20,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/fd.hpp"
+#include "ddprun/base/fd_io.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/process_tree.hpp"
 #include "ddprun/base/signals.hpp"
@@ -47,14 +49,6 @@ constexpr int k_max_ancestors = 256;
 double wall_now() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
         .count();
-}
-
-// "2", "0.5", "90": how long a scope was set for, as the user wrote `after`.
-std::string seconds_text(double seconds) {
-    if (seconds >= 10) return fmt::format("{:.0f}", seconds);
-    if (seconds < 1) return fmt::format("{:.2g}", seconds);
-    std::string text = fmt::format("{:.1f}", seconds);
-    return text.ends_with(".0") ? text.substr(0, text.size() - 2) : text;
 }
 
 // The scope, from a worker, as one safe line: JSON escapes for control characters.
@@ -157,15 +151,13 @@ void FileTimerServer::Impl::wait_readable() {
 }
 
 void FileTimerServer::Impl::read_requests() {
-    char buffer[16 * 1024];
+    // Until the FIFO is empty (never its end: write_end is held), or enough for one wakeup.
     std::size_t total = 0;
-    while (total < k_max_read_per_wakeup) {
-        ssize_t n = ::read(fifo.native_handle(), buffer, sizeof buffer);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;  // EAGAIN: all read (never EOF: write_end is held)
-        feed(std::string_view(buffer, static_cast<std::size_t>(n)));
-        total += static_cast<std::size_t>(n);
-    }
+    read_chunks(fifo.native_handle(), [&](std::string_view chunk) {
+        feed(chunk);
+        total += chunk.size();
+        return total < k_max_read_per_wakeup;
+    });
     drop_gone_pids();
     arm();
 }
@@ -245,7 +237,10 @@ void FileTimerServer::Impl::on_expiry(const FileTimerTable::Expiry& expiry) {
     const pid_t pid = expiry.pid;
     const std::string scope = shown_scope(expiry.scope_id);
     const std::string set_for =
-        expiry.set_for >= 0 ? fmt::format(" (set for {} s)", seconds_text(expiry.set_for)) : "";
+        expiry.set_for >= 0
+            ? fmt::format(" (set for {})",
+                          duration_text(std::chrono::duration<double>(expiry.set_for)))
+            : "";
     // Checked again now: the pid may have ended, or been reused by a stranger.
     auto owner = owner_of(pid);
     if (!owner) {

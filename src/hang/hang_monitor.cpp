@@ -7,7 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "records/records_internal.hpp"
+#include "ddprun/base/duration_text.hpp"
+#include "ddprun/records/wire.hpp"
 
 namespace ddprun {
 
@@ -19,12 +20,13 @@ std::int64_t ms_between(HangMonitor::Clock::time_point from, HangMonitor::Clock:
     return std::chrono::duration_cast<milliseconds>(to - from).count();
 }
 
-std::string seconds(std::int64_t ms) {
-    return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0);
+// A --hang-timeout value as the option takes it, in seconds: "30", "2.5".
+std::string option_seconds(milliseconds timeout) {
+    return fmt::format("{:g}", static_cast<double>(timeout.count()) / 1000.0);
 }
 
 std::string quoted_label(const std::string& label) {
-    return label.empty() ? std::string("no label") : detail::quote_value(label);
+    return label.empty() ? std::string("no label") : wire::quote_value(label);
 }
 
 }  // namespace
@@ -117,22 +119,19 @@ std::optional<RankProgress> first_to_stop(const std::vector<RankProgress>& ranks
     return first;
 }
 
-std::string timeout_text(std::chrono::milliseconds timeout) {
-    return fmt::format("{:g} s", static_cast<double>(timeout.count()) / 1000.0);
-}
-
 std::string describe_first_stop(const RankProgress& rank, const HangLimits& limits) {
     const std::string who = rank.node_rank >= 0
                                 ? fmt::format("rank {} (node {})", rank.rank, rank.node_rank)
                                 : fmt::format("rank {}", rank.rank);
     if (rank.silent_ms < 0)
         return fmt::format("{} never beat within --hang-timeout-first={} (running {})", who,
-                           limits.first ? timeout_text(*limits.first) : std::string("?"),
-                           seconds(rank.running_ms));
+                           limits.first ? option_seconds(*limits.first) : std::string("?"),
+                           duration_text(milliseconds(rank.running_ms)));
     return fmt::format(
         "{} stopped making progress first: no beat for {} (--hang-timeout={}), "
         "last beat {}",
-        who, seconds(rank.silent_ms), timeout_text(limits.timeout), quoted_label(rank.label));
+        who, duration_text(milliseconds(rank.silent_ms)), option_seconds(limits.timeout),
+        quoted_label(rank.label));
 }
 
 std::string describe_progress(std::vector<RankProgress> ranks) {
@@ -163,15 +162,15 @@ std::string describe_progress(std::vector<RankProgress> ranks) {
     std::string line;
     for (const Group& g : groups) {
         if (!line.empty()) line += "; ";
-        const std::string who = detail::describe_numbers(g.ranks, "rank", "ranks");
+        const std::string who = wire::describe_numbers(g.ranks, "rank", "ranks");
         if (g.silent_ms < 0)
             line += fmt::format("{} never beat{}", who, g.hung ? " (hung)" : "");
         else if (g.hung)
             line += fmt::format("no progress from {} for {} (last beat {})", who,
-                                seconds(g.silent_ms), quoted_label(g.label));
+                                duration_text(milliseconds(g.silent_ms)), quoted_label(g.label));
         else
-            line += fmt::format("{} last beat {} ago ({})", who, seconds(g.silent_ms),
-                                quoted_label(g.label));
+            line += fmt::format("{} last beat {} ago ({})", who,
+                                duration_text(milliseconds(g.silent_ms)), quoted_label(g.label));
     }
     return line.empty() ? std::string("no rank beats") : line;
 }

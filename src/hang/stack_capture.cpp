@@ -22,7 +22,9 @@
 #include <fmt/format.h>
 
 #include "ddprun/base/child_process.hpp"
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/fd.hpp"
+#include "ddprun/base/fd_io.hpp"
 #include "ddprun/base/process_tree.hpp"
 #include "ddprun/base/text.hpp"
 #include "ddprun/hang/stacks.hpp"
@@ -169,19 +171,13 @@ bool try_reap(ToolRun& run) {
 
 // Reads what is there; closes the fd at end of file. Keeps up to `max_bytes`.
 void drain(UniqueFd& fd, std::string& text, bool& cut, std::size_t max_bytes) {
-    char buf[65536];
-    for (;;) {
-        ssize_t n = ::read(fd.get(), buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EAGAIN) return;
-        if (n <= 0) {
-            fd.reset();
-            return;
-        }
-        std::size_t keep = std::min(static_cast<std::size_t>(n), max_bytes - text.size());
-        text.append(buf, keep);
-        if (keep < static_cast<std::size_t>(n)) cut = true;
-    }
+    const ReadEnd end = read_chunks(fd.get(), [&](std::string_view chunk) {
+        const std::size_t keep = std::min(chunk.size(), max_bytes - text.size());
+        text.append(chunk.substr(0, keep));
+        if (keep < chunk.size()) cut = true;
+        return true;
+    });
+    if (end != ReadEnd::Drained) fd.reset();
 }
 
 // Kills the tool, and reaps it within a bound; a SIGKILLed process ends at
@@ -303,8 +299,8 @@ std::vector<NativeStack> capture_native_stacks(const std::vector<pid_t>& pids,
             // worker prints no traceback and ignores SIGTERM. (Defensive: the tests
             // have not caught gdb in that window.)
             ::kill(run.target, SIGCONT);
-            results[i].error = fmt::format("{} -p {} did not finish within {} ms: killed it",
-                                           tool_name, run.target, deadline.count());
+            results[i].error = fmt::format("{} -p {} did not finish within {}: killed it",
+                                           tool_name, run.target, duration_text(deadline));
             continue;
         }
         if (run.out_text.starts_with("#0") || run.out_text.find("\n#0") != std::string::npos) {

@@ -3,22 +3,19 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/ports.hpp"
 #include "ddprun/base/scratch_dir.hpp"
+#include "ddprun/cluster/job_store.hpp"
 #include "ddprun/devices/devices.hpp"
 #include "ddprun/fanout/fan_out.hpp"
 #include "ddprun/fanout/job_secret.hpp"
 #include "ddprun/launch/supervisor.hpp"
 #include "ddprun/plan/rank_plan.hpp"
 #include "ddprun/scheduler/scheduler_env.hpp"
-#include "ddprun/store/etcd_client.hpp"
 #include "ddprun/workers/program.hpp"
 
 namespace fs = std::filesystem;
@@ -98,50 +95,13 @@ Status prepare_log_dir(LaunchContext& ctx) {
 // The etcd backend's TLS files and password file, read now so that a wrong
 // path is a usage error before anything starts, not a rendezvous failure later.
 Status prepare_etcd_access(LaunchContext& ctx) {
-    const EtcdAccess& access = ctx.config.rendezvous.etcd;
-    if (ctx.config.rdzv_backend != "etcd") return {};
-    if (access.https) {
-        try {
-            if (auto problem =
-                    check_tls_files({access.ca_cert, access.ssl_cert, access.ssl_cert_key}))
-                return std::unexpected(usage_error(*problem));
-        } catch (const StoreError& error) {
-            // The OpenSSL plugin cannot be loaded: the join would fail the same way.
-            return std::unexpected(rendezvous_error(error.what()));
-        }
-    }
-    if (access.user.empty()) return {};
-    const std::string shown = "--rdzv_conf password_file=" + access.password_file;
-    std::ifstream file(access.password_file);
-    if (!file)
-        return std::unexpected(usage_error(
-            fmt::format("{}: cannot read it ({}); it holds the password of etcd user '{}'", shown,
-                        std::strerror(errno), access.user)));
-    std::string password;
-    std::getline(file, password);  // the first line, without its newline
-    if (!password.empty() && password.back() == '\r') password.pop_back();
-    if (password.empty())
-        return std::unexpected(usage_error(
-            fmt::format("{}: the first line is empty; write the password of etcd user '{}' there",
-                        shown, access.user)));
-    ctx.etcd_password = std::move(password);
+    auto password = read_etcd_access(ctx.config.rdzv_backend, ctx.config.rendezvous.etcd);
+    if (!password) return std::unexpected(password.error());
+    ctx.etcd_password = std::move(*password);
     return {};
 }
 
 }  // namespace
-
-std::expected<LaunchContext, Error> prepare_status(const LaunchConfig& config,
-                                                   const Environment& env) {
-    LaunchContext ctx;
-    ctx.config = config;
-    ctx.env = env;
-    auto secret = read_user_secret(config.rendezvous, env);
-    if (!secret) return std::unexpected(secret.error());
-    ctx.rdzv_secret = std::move(*secret);
-    ctx.host = config.local_addr.empty() ? host_name() : config.local_addr;
-    if (auto access = prepare_etcd_access(ctx); !access) return std::unexpected(access.error());
-    return ctx;
-}
 
 std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
                                                     const Environment& env) {

@@ -4,10 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/python_template.hpp"
 #include "ddprun/base/signals.hpp"
 #include "ddprun/devices/topology.hpp"
-#include "ddprun/hang/hang_monitor.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -236,10 +236,10 @@ std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec
             "\nhangs: a rank that wrote to DDPRUN_PROGRESS_FD and then stays silent for {} is "
             "hung{}: every node dumps its workers' stacks (Python: PYTHONFAULTHANDLER=1), the job "
             "stops with exit code 124{}\n",
-            timeout_text(config.hang_timeout),
+            duration_text(config.hang_timeout),
             config.hang_timeout_first
                 ? fmt::format(", and so is one that has not written within {} of its start",
-                              timeout_text(*config.hang_timeout_first))
+                              duration_text(*config.hang_timeout_first))
                 : std::string(),
             config.max_restarts > 0 ? fmt::format(" after {} restart(s)", config.max_restarts)
                                     : std::string());
@@ -258,10 +258,9 @@ std::string format_plan(const LaunchConfig& config, const std::vector<WorkerSpec
     }
     if (!config.health_check.empty())
         out += fmt::format(
-            "\nhealth check: each node runs `{}` before each join (at most {} s); a node whose "
+            "\nhealth check: each node runs `{}` before each join (at most {}); a node whose "
             "check fails stays out: {}\n",
-            config.health_check,
-            fmt::format("{:g}", static_cast<double>(config.health_check_timeout.count()) / 1000),
+            config.health_check, duration_text(config.health_check_timeout),
             config.elastic() ? "the others go on without it"
                              : "the job fails on every node with exit code 69");
     if (config.metrics_port)

@@ -4,13 +4,13 @@
 
 #include <cmath>
 
+#include "ddprun/records/wire.hpp"
 #include "record_json.hpp"
-#include "records_internal.hpp"
 
 namespace ddprun {
 
 using nlohmann::json;
-using namespace detail;
+using namespace wire;
 
 namespace {
 
@@ -42,10 +42,6 @@ std::optional<std::string> read_list(const json& object, const char* field, std:
 }
 
 }  // namespace
-
-std::string status_key(const std::string& run_id, int node_rank) {
-    return fmt::format("ddprun/{}/status/{}", run_id, node_rank);
-}
 
 std::string to_json(const NodeStatus& s, const std::string& run_id) {
     json ranks = json::array();

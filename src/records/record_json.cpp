@@ -2,9 +2,9 @@
 #include "record_json.hpp"
 
 #include "ddprun/base/text.hpp"
-#include "records_internal.hpp"
+#include "ddprun/records/wire.hpp"
 
-namespace ddprun::detail {
+namespace ddprun::wire {
 
 std::string truncated(std::string_view text, std::size_t limit) {
     if (text.size() <= limit) return std::string(text);
@@ -30,4 +30,4 @@ std::string string_field(const nlohmann::json& object, const char* name) {
     return it->get<std::string>();
 }
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::wire

@@ -17,7 +17,7 @@
 
 #include "ddprun/records/records.hpp"
 
-namespace ddprun::detail {
+namespace ddprun::wire {
 
 // A membership of thousands of nodes is a few MiB; past this it is not ours.
 inline constexpr std::size_t k_max_record_bytes = 64 * 1024 * 1024;
@@ -199,4 +199,4 @@ void read_fingerprint(FieldReader& read, Fingerprint& fingerprint);
 std::optional<std::string> other_run(const nlohmann::json& object, const std::string& key,
                                      const std::string& run_id);
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::wire

@@ -1,6 +1,6 @@
 // The one-line messages the rendezvous says about records and nodes: values
 // quoted and shortened, node lists as ranges, and what differs between nodes
-// that must run the same job. Declared in records_internal.hpp.
+// that must run the same job. Declared in wire.hpp.
 #include <algorithm>
 #include <functional>
 #include <utility>
@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 
 #include "ddprun/config/config.hpp"
+#include "ddprun/records/wire.hpp"
 #include "record_json.hpp"
-#include "records_internal.hpp"
 
-namespace ddprun::detail {
+namespace ddprun::wire {
 
 namespace {
 
@@ -132,4 +132,4 @@ std::string nnodes_mismatch(const std::string& node_zero_nnodes, const std::stri
         their_rank < 0 ? std::string("this node") : fmt::format("node {}", their_rank));
 }
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::wire

@@ -1,5 +1,5 @@
 // The records agents exchange through the rendezvous store (records.hpp) and
-// those only the protocol reads (records_internal.hpp): how each is written
+// those only the protocol reads (wire.hpp): how each is written
 // and read. Anything read from the store may have been written by another
 // version, a stray client or by hand, so it is parsed as untrusted text
 // (record_json.hpp); the messages about it are worded in record_messages.cpp,
@@ -15,27 +15,27 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/config/config.hpp"
+#include "ddprun/records/wire.hpp"
 #include "record_json.hpp"
-#include "records_internal.hpp"
 
 namespace ddprun {
 
-using detail::add_fingerprint;
-using detail::FieldReader;
-using detail::k_max_int;
-using detail::k_max_message_bytes;
-using detail::k_max_record_bytes;
-using detail::k_max_tail_line_bytes;
-using detail::k_max_tail_lines;
-using detail::node_from;
-using detail::node_json;
-using detail::parse_object;
-using detail::read_fingerprint;
-using detail::string_field;
-using detail::truncated;
 using nlohmann::json;
+using wire::add_fingerprint;
+using wire::FieldReader;
+using wire::k_max_int;
+using wire::k_max_message_bytes;
+using wire::k_max_record_bytes;
+using wire::k_max_tail_line_bytes;
+using wire::k_max_tail_lines;
+using wire::node_from;
+using wire::node_json;
+using wire::parse_object;
+using wire::read_fingerprint;
+using wire::string_field;
+using wire::truncated;
 
-namespace detail {
+namespace wire {
 
 // ---------------------------------------------------------------------------
 // The records' fields
@@ -65,9 +65,9 @@ void read_fingerprint(FieldReader& read, Fingerprint& fingerprint) {
     if (read.has("agent_store")) read.boolean("agent_store", fingerprint.agent_store);
 }
 
-}  // namespace detail
+}  // namespace wire
 
-namespace detail {
+namespace wire {
 
 json node_json(const NodeInfo& info) {
     json object = {{"node_rank", info.node_rank},
@@ -97,7 +97,7 @@ std::expected<NodeInfo, std::string> node_from(const json& object) {
     return info;
 }
 
-}  // namespace detail
+}  // namespace wire
 
 namespace {
 
@@ -161,7 +161,7 @@ std::expected<FailureRecord, std::string> failure_from(const json& object) {
     auto it = std::find_if(std::begin(k_failure_kinds), std::end(k_failure_kinds),
                            [&](const auto& entry) { return entry.second == kind; });
     if (it == std::end(k_failure_kinds))
-        return std::unexpected("field 'kind' is " + detail::quote_value(kind) +
+        return std::unexpected("field 'kind' is " + wire::quote_value(kind) +
                                ", not a known failure kind");
     record.kind = it->first;
     return record;
@@ -172,7 +172,7 @@ std::expected<FailureRecord, std::string> failure_from(const json& object) {
 // ---------------------------------------------------------------------------
 // The records only the protocol reads
 
-namespace detail {
+namespace wire {
 
 std::string claim_json(const std::string& agent_id, const std::string& host, std::int64_t pid) {
     return json{{"agent_id", agent_id}, {"host", host}, {"pid", pid}}.dump();
@@ -243,7 +243,7 @@ std::string outcomes_json(const std::vector<FailureRecord>& records, const std::
     return json{{"run_id", run_id}, {"workers", std::move(list)}}.dump();
 }
 
-// Why a record is not this run's, if it is not (see parse_stop in records_internal.hpp).
+// Why a record is not this run's, if it is not (see parse_stop in wire.hpp).
 std::optional<std::string> other_run(const json& object, const std::string& key,
                                      const std::string& run_id) {
     std::string written_for = string_field(object, "run_id");
@@ -375,7 +375,7 @@ StopEvent parse_stop(std::string_view text, const std::string& key, const std::s
     return event;
 }
 
-}  // namespace detail
+}  // namespace wire
 
 // ---------------------------------------------------------------------------
 // The public records

@@ -1,4 +1,4 @@
-// The round's result (records_internal.hpp, records.hpp): the membership node 0
+// The round's result (wire.hpp, records.hpp): the membership node 0
 // publishes once every node joined, written as runs of workers per node (or, in
 // an elastic job, by column), and read back as untrusted text like every record.
 #include "ddprun/records/records.hpp"
@@ -12,22 +12,22 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/config/config.hpp"
+#include "ddprun/records/wire.hpp"
 #include "record_json.hpp"
-#include "records_internal.hpp"
 
 namespace ddprun {
 
-using detail::add_fingerprint;
-using detail::FieldReader;
-using detail::k_max_int;
-using detail::k_max_message_bytes;
-using detail::parse_object;
-using detail::read_fingerprint;
-using detail::string_field;
-using detail::truncated;
 using nlohmann::json;
+using wire::add_fingerprint;
+using wire::FieldReader;
+using wire::k_max_int;
+using wire::k_max_message_bytes;
+using wire::parse_object;
+using wire::read_fingerprint;
+using wire::string_field;
+using wire::truncated;
 
-namespace detail {
+namespace wire {
 
 std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
                             const Fingerprint& fingerprint, int restarts,
@@ -71,7 +71,7 @@ std::string membership_json(int round, const std::vector<NodeInfo>& nodes,
     return membership.dump();
 }
 
-}  // namespace detail
+}  // namespace wire
 
 namespace {
 
@@ -109,11 +109,11 @@ std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
                                                          const std::string& result_key,
                                                          const std::string& run_id, int round,
                                                          const NodeInfo& me) {
-    using detail::malformed;
+    using wire::malformed;
     auto object = parse_object(text);
     if (!object) return std::unexpected(rendezvous_error(malformed(result_key, object.error())));
     const json& result = *object;
-    if (auto foreign = detail::other_run(result, result_key, run_id))
+    if (auto foreign = wire::other_run(result, result_key, run_id))
         return std::unexpected(rendezvous_error(*foreign));
     std::string kind = string_field(result, "kind");
     if (kind == "abort") {
@@ -143,13 +143,13 @@ std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
     membership.restart_count = round;  // a fixed-size job restarts every round
     if (read.has("restarts")) read.integer("restarts", membership.restart_count, 0, k_max_int);
     read.text("change", membership.change);
-    detail::to_one_line(membership.change);
+    wire::to_one_line(membership.change);
     if (!read.ok()) return std::unexpected(rendezvous_error(malformed(result_key, read.error())));
     if (!elastic) {
         auto runs = nproc_from_runs(result["nproc_runs"], mine_fp.nnodes);
         if (!runs) return std::unexpected(rendezvous_error(malformed(result_key, runs.error())));
         if (runs->nodes != mine_fp.nnodes) {
-            return std::unexpected(rendezvous_error(detail::nnodes_mismatch(
+            return std::unexpected(rendezvous_error(wire::nnodes_mismatch(
                 std::to_string(runs->nodes), std::to_string(mine_fp.nnodes), me.node_rank)));
         }
         membership.nproc_per_node = std::move(runs->nproc);
@@ -174,7 +174,7 @@ std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
     if (it == agent_ids.end()) {
         return std::unexpected(
             rendezvous_error(fmt::format("rendezvous: round {} went ahead without this agent ({})",
-                                         round, detail::describe_agent(me.host, me.pid))));
+                                         round, wire::describe_agent(me.host, me.pid))));
     }
     membership.node_rank = static_cast<int>(it - agent_ids.begin());
     return membership;

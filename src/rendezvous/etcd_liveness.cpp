@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/text.hpp"
+#include "ddprun/rendezvous/job_keys.hpp"
 #include "ddprun/store/etcd_lease.hpp"
 #include "ddprun/store/signed_store.hpp"
 
@@ -39,7 +41,7 @@ EtcdStoreOptions bounded(EtcdStoreOptions options) {
 // Deletes every key of the run in one transaction if `compare` holds (an empty
 // one always does), then ends the job's lease. Whether it deleted them.
 bool remove_run(const EtcdStoreOptions& options, const std::string& run_id, json compare) {
-    const std::string prefix = options.prefix + run_id + "/";
+    const std::string prefix = JobKeys(run_id).run_prefix(options.prefix);
     json remove = {
         {"request_delete_range",
          {{"key", etcd_base64(prefix)}, {"range_end", etcd_base64(prefix_end(prefix))}}}};
@@ -55,11 +57,11 @@ EtcdLiveness::EtcdLiveness(const EtcdStoreOptions& options, std::string run_id,
                            std::chrono::milliseconds ttl, std::string secret)
     : m_client(options.client),
       m_secret(std::move(secret)),
-      m_key_prefix(options.prefix + run_id + "/"),
+      m_key_prefix(JobKeys(std::move(run_id)).run_prefix(options.prefix)),
       m_ttl_seconds(std::max<std::int64_t>(2, (ttl.count() + 999) / 1000)) {}
 
 std::string EtcdLiveness::round_prefix() const {
-    return fmt::format("r{}/alive/", m_round);
+    return JobKeys::in_round(m_round, "alive/");
 }
 
 std::string EtcdLiveness::sealed(const std::string& name, const std::string& value) const {
@@ -99,8 +101,8 @@ void EtcdLiveness::keep_alive() {
     if (etcd_int64(result, "TTL") <= 0)
         throw StoreError(StoreError::Kind::GivenUp,
                          fmt::format("rendezvous: the others gave this node up: its etcd lease "
-                                     "expired (no renewal within {} s: was it frozen or cut off?)",
-                                     m_ttl_seconds));
+                                     "expired (no renewal within {}: was it frozen or cut off?)",
+                                     duration_text(std::chrono::seconds(m_ttl_seconds))));
 }
 
 EtcdLiveness::Held EtcdLiveness::campaign(const std::string& name, const std::string& value) {
@@ -204,10 +206,8 @@ std::vector<int> EtcdLiveness::missing(const std::vector<int>& watched) {
 
 bool count_out_of_run(EtcdStoreOptions options, const std::string& run_id, int nnodes) {
     options = bounded(std::move(options));
-    // Under the run's keys, so it goes with them ("ddprun/<run>/..." is the store's name
-    // for "<prefix><run>/...").
-    if (open_etcd_store(options)->add(fmt::format("ddprun/{}/out", run_id), 1) < nnodes)
-        return false;
+    // Under the run's keys, so that it goes with them.
+    if (open_etcd_store(options)->add(JobKeys(run_id).out(), 1) < nnodes) return false;
     return remove_run(options, run_id, json::array());
 }
 
@@ -215,8 +215,9 @@ bool end_elastic_run_if_last(EtcdStoreOptions options, const std::string& run_id
     options = bounded(std::move(options));
     // etcd compares a range holding no key as a key of version 0.
     json none_in = json::array();
-    for (const char* held : {"e/alive/", "e/arriving/"}) {
-        const std::string key = options.prefix + run_id + "/" + held;
+    for (const std::string& held :
+         {JobKeys::in_elastic("alive/"), JobKeys::in_elastic("arriving/")}) {
+        const std::string key = JobKeys(run_id).run_prefix(options.prefix) + held;
         none_in.push_back({{"key", etcd_base64(key)},
                            {"range_end", etcd_base64(prefix_end(key))},
                            {"target", "VERSION"},

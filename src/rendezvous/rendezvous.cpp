@@ -18,21 +18,17 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/text.hpp"
 #include "ddprun/config/config.hpp"
+#include "ddprun/records/wire.hpp"
 #include "ddprun/store/signed_store.hpp"
-#include "records/records_internal.hpp"
 
 namespace ddprun {
 
 namespace {
 
 using std::chrono::milliseconds;
-
-std::string seconds_text(milliseconds timeout) {
-    if (timeout.count() % 1000 == 0) return fmt::format("{}s", timeout.count() / 1000);
-    return fmt::format("{}ms", timeout.count());
-}
 
 // Thrown out of the waits of a join when its deadline passes, as opposed to a
 // single store operation timing out.
@@ -51,7 +47,7 @@ std::string make_agent_id() {
 
 Rendezvous::Rendezvous(Store& store, std::string run_id)
     : m_store(store),
-      m_run_id(std::move(run_id)),
+      m_keys(std::move(run_id)),
       m_agent_id(make_agent_id()),
       m_report_progress([](const std::string& line) { spdlog::info("{}", line); }) {}
 
@@ -92,19 +88,19 @@ void Rendezvous::report_waiting() {
                 missing.push_back(rank);
         if (missing.empty()) return;  // all joined: the round completes now
         waiting = fmt::format("{}\n{}", nnodes - static_cast<int>(missing.size()),
-                              detail::describe_nodes(missing));
+                              wire::describe_nodes(missing));
         m_store.set(waiting_key, waiting);
-    } else if (m_store.check({waiting_key})) {
-        try {
-            waiting = m_store.get(waiting_key);
-        } catch (const RecordRejected&) {
-            return;  // warned by the store; only a progress line is lost
-        }
+    } else {
+        auto record = read_record(m_store, waiting_key);
+        // Rejected (warned by the store): only a progress line is lost.
+        if (!record && record.error() == NoRecord::Rejected) return;
+        waiting = record.value_or("");
     }
     auto elapsed = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - m_join.start);
     auto bound = std::chrono::duration_cast<std::chrono::seconds>(m_join.deadline - m_join.start);
     auto newline = waiting.find('\n');
-    const std::string progress = fmt::format("{} s of {}", elapsed.count(), bound.count());
+    const std::string progress =
+        fmt::format("{} of {}", duration_text(elapsed), duration_text(bound));
     m_report_progress(newline == std::string::npos
                           ? fmt::format("waiting for node 0{} to join ({})",
                                         m_join.hosted ? ", the store's host," : "", progress)
@@ -113,12 +109,8 @@ void Rendezvous::report_waiting() {
                                         nnodes, progress));
 }
 
-std::string round_key(const std::string& run_id, int round, std::string_view name) {
-    return fmt::format("ddprun/{}/r{}/{}", run_id, round, name);
-}
-
 std::string Rendezvous::key(int round, std::string_view name) const {
-    return round_key(m_run_id, round, name);
+    return m_keys.round(round, name);
 }
 
 std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, bool is_store_host,
@@ -141,8 +133,8 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
                     return std::unexpected(rendezvous_error(fmt::format(
                         "rendezvous: more agents than --nnodes={} joined round {} of run {}; "
                         "this one ({}) is one too many",
-                        nnodes, round, detail::quote_value(m_run_id),
-                        detail::describe_agent(me.host, me.pid))));
+                        nnodes, round, wire::quote_value(m_keys.run_id()),
+                        wire::describe_agent(me.host, me.pid))));
                 }
                 me.node_rank = static_cast<int>(assigned);
             }
@@ -154,7 +146,7 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
         }
 
         const std::string claim_key = key(round, fmt::format("claim/{}", me.node_rank));
-        const std::string claim = detail::claim_json(m_agent_id, me.host, me.pid);
+        const std::string claim = wire::claim_json(m_agent_id, me.host, me.pid);
         // The claim, this node's record (and node 0's under "zero", which an abort sets
         // empty: the others must not wait for a node 0 that will never join) and its
         // add to "joined", in one request where the store can (etcd: docs/scale.md),
@@ -174,16 +166,16 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
             std::string message = fmt::format(
                 "rendezvous: node rank {} is claimed by two agents, {} and {}: give each node "
                 "its own --node_rank (0 to {}) or omit it to assign ranks in join order",
-                me.node_rank, detail::describe_claim(holder),
-                detail::describe_agent(me.host, me.pid), nnodes - 1);
+                me.node_rank, wire::describe_claim(holder), wire::describe_agent(me.host, me.pid),
+                nnodes - 1);
             std::string result = abort_join(round, message, exit_code::kRendezvous, nnodes);
             // If the round was already complete, only this agent is wrong;
             // else every agent reports the abort that won (this one, usually).
-            if (detail::is_membership(result)) return std::unexpected(rendezvous_error(message));
+            if (wire::is_membership(result)) return std::unexpected(rendezvous_error(message));
             return read_result(round, me);
         }
         const std::optional<std::string>& result = claimed.peeked.front();
-        if (result) return parse_round_result(*result, result_key, m_run_id, round, me);
+        if (result) return parse_round_result(*result, result_key, m_keys.run_id(), round, me);
 
         // Node 0 waits for "joined/<its nnodes>", written by the agent whose add completed
         // that count. An agent that expects another count than node 0 ends the round.
@@ -193,7 +185,7 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
         // for every node's signed record) or skip the count (the join times out, 75).
         if (agrees && claimed.count == nnodes)
             m_store.set(key(round, fmt::format("joined/{}", claimed.count)),
-                        detail::joined_json(me.node_rank, nnodes));
+                        wire::joined_json(me.node_rank, nnodes));
         if (me.node_rank == 0) {
             if (auto error = collect(round, me)) {
                 abort_join(round, error->message, error->exit_code, nnodes);
@@ -201,13 +193,13 @@ std::expected<RoundMembership, Error> Rendezvous::join(int round, NodeInfo me, b
         }
         // The result was missing at the claim: watched from there, where the store can.
         return parse_round_result(wait_joining({result_key}, claimed.revision).front(), result_key,
-                                  m_run_id, round, me);
+                                  m_keys.run_id(), round, me);
     } catch (const JoinTimedOut&) {
         try {
             return join_timed_out(round, me, timeout);
         } catch (const StoreError& error) {
             return std::unexpected(rendezvous_error(fmt::format(
-                "rendezvous timed out after {} ({})", seconds_text(timeout), error.what())));
+                "rendezvous timed out after {} ({})", duration_text(timeout), error.what())));
         }
     } catch (const StoreError& error) {
         Error failed = rendezvous_error(fmt::format("rendezvous failed: {}", error.what()));
@@ -232,7 +224,7 @@ std::optional<Error> Rendezvous::ended_before(int round) {
     return rendezvous_error(fmt::format(
         "rendezvous: round {} of run {} already ran and ended (its records are still in the "
         "store, e.g. an earlier job's with the same --rdzv_id): give this job its own --rdzv_id",
-        round, detail::quote_value(m_run_id)));
+        round, wire::quote_value(m_keys.run_id())));
 }
 
 // Node 0 checks the records once everyone has joined and publishes the
@@ -243,10 +235,10 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
     const std::string complete_record = wait_joining({complete_key}).front();
     if (m_store.check({key(round, "result")})) return std::nullopt;  // aborted meanwhile
 
-    auto complete = detail::parse_joined(complete_record);
-    if (!complete) return rendezvous_error(detail::malformed(complete_key, complete.error()));
+    auto complete = wire::parse_joined(complete_record);
+    if (!complete) return rendezvous_error(wire::malformed(complete_key, complete.error()));
     if (complete->nnodes != nnodes) {
-        return rendezvous_error(detail::nnodes_mismatch(
+        return rendezvous_error(wire::nnodes_mismatch(
             std::to_string(nnodes), std::to_string(complete->nnodes), complete->node_rank));
     }
 
@@ -261,18 +253,18 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
     for (int rank = 0; rank < nnodes; ++rank) {
         const std::string& info_key = info_keys[static_cast<std::size_t>(rank)];
         auto info = parse_node_info(records[static_cast<std::size_t>(rank)]);
-        if (!info) return rendezvous_error(detail::malformed(info_key, info.error()));
+        if (!info) return rendezvous_error(wire::malformed(info_key, info.error()));
         if (info->node_rank != rank) {
-            return rendezvous_error(detail::malformed(
+            return rendezvous_error(wire::malformed(
                 info_key, fmt::format("it is the record of node rank {}", info->node_rank)));
         }
         nodes.push_back(std::move(*info));
     }
-    if (std::string mismatch = detail::fingerprint_mismatch(nodes); !mismatch.empty())
+    if (std::string mismatch = wire::fingerprint_mismatch(nodes); !mismatch.empty())
         return rendezvous_error("rendezvous: the nodes must run the same job, but " + mismatch);
 
     m_store.compare_set(key(round, "result"), "",
-                        detail::membership_json(round, nodes, me.fingerprint, round));
+                        wire::membership_json(round, nodes, me.fingerprint, round));
     return std::nullopt;
 }
 
@@ -287,7 +279,7 @@ bool Rendezvous::check_node_zero(int round, const NodeInfo& me,
     if (record.empty()) return false;  // aborted, maybe before node 0 joined
     auto zero = parse_node_info(record);
     if (!zero) {
-        abort_join(round, detail::malformed(zero_key, zero.error()), exit_code::kRendezvous,
+        abort_join(round, wire::malformed(zero_key, zero.error()), exit_code::kRendezvous,
                    me.fingerprint.nnodes);
         return false;
     }
@@ -296,7 +288,7 @@ bool Rendezvous::check_node_zero(int round, const NodeInfo& me,
         auto text = [](const Fingerprint& f) { return nnodes_text(f.min(), f.nnodes); };
         abort_join(
             round,
-            detail::nnodes_mismatch(text(zero->fingerprint), text(me.fingerprint), me.node_rank),
+            wire::nnodes_mismatch(text(zero->fingerprint), text(me.fingerprint), me.node_rank),
             exit_code::kRendezvous, zero->fingerprint.nnodes);
         return false;
     }
@@ -310,13 +302,13 @@ std::string Rendezvous::abort_join(int round, const std::string& message, int ex
     // Node 0 may be waiting for the others to join, the others for node 0, rather than
     // for the result: they are woken even when the result is a forged record.
     auto wake = [&] {
-        m_store.set(key(round, fmt::format("joined/{}", nnodes)), detail::joined_json(-1, nnodes));
+        m_store.set(key(round, fmt::format("joined/{}", nnodes)), wire::joined_json(-1, nnodes));
         m_store.set(key(round, "zero"), "");
     };
     std::string result;
     try {
         result = m_store.compare_set(key(round, "result"), "",
-                                     detail::abort_json(message, exit_code, m_run_id));
+                                     wire::abort_json(message, exit_code, m_keys.run_id()));
     } catch (const RecordRejected&) {
         wake();
         throw;
@@ -327,7 +319,7 @@ std::string Rendezvous::abort_join(int round, const std::string& message, int ex
 
 std::expected<RoundMembership, Error> Rendezvous::read_result(int round, const NodeInfo& me) {
     const std::string result_key = key(round, "result");
-    return parse_round_result(m_store.get(result_key), result_key, m_run_id, round, me);
+    return parse_round_result(m_store.get(result_key), result_key, m_keys.run_id(), round, me);
 }
 
 std::expected<RoundMembership, Error> Rendezvous::join_timed_out(int round, const NodeInfo& me,
@@ -341,9 +333,9 @@ std::expected<RoundMembership, Error> Rendezvous::join_timed_out(int round, cons
             ? fmt::format(
                   "rendezvous timed out after {}: all {} nodes joined, but node 0 did not "
                   "publish the membership",
-                  seconds_text(timeout), nnodes)
+                  duration_text(timeout), nnodes)
             : fmt::format("rendezvous timed out after {}: {} never joined ({} of {} joined)",
-                          seconds_text(timeout), detail::describe_nodes(missing),
+                          duration_text(timeout), wire::describe_nodes(missing),
                           nnodes - static_cast<int>(missing.size()), nnodes);
     // Stop the agents that are still waiting, with the same line; or learn
     // that the round completed after all.

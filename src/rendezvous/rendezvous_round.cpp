@@ -10,8 +10,8 @@
 
 #include "ddprun/base/text.hpp"
 #include "ddprun/config/config.hpp"
+#include "ddprun/records/wire.hpp"
 #include "ddprun/store/signed_store.hpp"
-#include "records/records_internal.hpp"
 
 namespace ddprun {
 
@@ -26,14 +26,10 @@ std::vector<T> read_node_lists(Store& store, const std::vector<std::string>& key
                                const std::string& run_id, Parse parse) {
     std::vector<T> all;
     for (const auto& node_key : keys) {
-        if (!store.check({node_key})) continue;
-        std::string record;
-        try {
-            record = store.get(node_key);
-        } catch (const RecordRejected&) {
-            continue;  // warned by the store; a report goes on without it
-        }
-        auto items = parse(record, node_key, run_id);
+        // Missing, or rejected (warned by the store): a report goes on without it.
+        auto record = read_record(store, node_key);
+        if (!record) continue;
+        auto items = parse(*record, node_key, run_id);
         if (!items) {
             spdlog::warn("{}", items.error());
             continue;
@@ -47,14 +43,15 @@ std::vector<T> read_node_lists(Store& store, const std::vector<std::string>& key
 
 void Rendezvous::abort(int round, int nnodes, const std::string& message, int exit_code) {
     abort_join(round, message, exit_code, nnodes);
-    m_store.compare_set(key(round, "stop"), "", detail::abort_json(message, exit_code, m_run_id));
+    m_store.compare_set(key(round, "stop"), "",
+                        wire::abort_json(message, exit_code, m_keys.run_id()));
 }
 
 StopEvent Rendezvous::publish_failure(int round, const FailureRecord& record) {
     const std::string stop_key = key(round, "stop");
-    return detail::parse_stop(
-        m_store.compare_set(stop_key, "", detail::failure_stop_json(record, m_run_id)), stop_key,
-        m_run_id);
+    return wire::parse_stop(
+        m_store.compare_set(stop_key, "", wire::failure_stop_json(record, m_keys.run_id())),
+        stop_key, m_keys.run_id());
 }
 
 bool Rendezvous::publish_finished(int round, int nnodes, int node_rank) {
@@ -84,7 +81,7 @@ bool Rendezvous::publish_finished(int round, int nnodes, int node_rank) {
             return false;  // warned by the store: not every node's own word
         }
     }
-    m_store.compare_set(key(round, "stop"), "", detail::done_stop_json(m_run_id));
+    m_store.compare_set(key(round, "stop"), "", wire::done_stop_json(m_keys.run_id()));
     return true;
 }
 
@@ -92,7 +89,7 @@ StopEvent Rendezvous::wait_stop(int round, milliseconds timeout) noexcept {
     const std::string stop_key = key(round, "stop");
     try {
         m_store.wait({stop_key}, timeout);
-        return detail::parse_stop(m_store.get(stop_key), stop_key, m_run_id);
+        return wire::parse_stop(m_store.get(stop_key), stop_key, m_keys.run_id());
     } catch (const StoreError& error) {
         if (error.kind() != StoreError::Kind::Timeout) return store_lost(error.what());
         StopEvent event;
@@ -107,20 +104,20 @@ StopEvent Rendezvous::wait_stop(int round, milliseconds timeout) noexcept {
 void Rendezvous::publish_outcomes(int round, int node_rank,
                                   const std::vector<FailureRecord>& workers) {
     m_store.set(key(round, fmt::format("outcomes/{}", node_rank)),
-                detail::outcomes_json(workers, m_run_id));
+                wire::outcomes_json(workers, m_keys.run_id()));
 }
 
 std::vector<FailureRecord> Rendezvous::read_outcomes(int round, int nnodes, int except) {
     std::vector<std::string> keys;
     for (int rank = 0; rank < nnodes; ++rank)
         if (rank != except) keys.push_back(key(round, fmt::format("outcomes/{}", rank)));
-    return read_node_lists<FailureRecord>(m_store, keys, m_run_id, detail::parse_outcomes);
+    return read_node_lists<FailureRecord>(m_store, keys, m_keys.run_id(), wire::parse_outcomes);
 }
 
 void Rendezvous::publish_progress(int round, int node_rank,
                                   const std::vector<RankProgress>& ranks) {
     m_store.set(key(round, fmt::format("progress/{}", node_rank)),
-                detail::progress_json(ranks, m_run_id));
+                wire::progress_json(ranks, m_keys.run_id()));
 }
 
 std::vector<RankProgress> Rendezvous::read_progress(int round, int nnodes, int except,
@@ -128,12 +125,8 @@ std::vector<RankProgress> Rendezvous::read_progress(int round, int nnodes, int e
     std::vector<std::string> keys;
     for (int rank = 0; rank < nnodes; ++rank)
         if (rank != except) keys.push_back(key(round, fmt::format("progress/{}", rank)));
-    try {
-        m_store.wait(keys, bound);  // usually all there at once: every node shares at the stop
-    } catch (const StoreError& error) {
-        if (error.kind() != StoreError::Kind::Timeout) throw;
-    }
-    return read_node_lists<RankProgress>(m_store, keys, m_run_id, detail::parse_progress);
+    wait_for(m_store, keys, bound);  // usually all there at once: every node shares at the stop
+    return read_node_lists<RankProgress>(m_store, keys, m_keys.run_id(), wire::parse_progress);
 }
 
 void Rendezvous::publish_made_progress(int round, int node_rank, bool made) {
@@ -145,18 +138,10 @@ Rendezvous::ProgressVotes Rendezvous::read_made_progress(int round, int nnodes, 
     std::vector<std::string> keys;
     for (int rank = 0; rank < nnodes; ++rank)
         if (rank != except) keys.push_back(key(round, fmt::format("made_progress/{}", rank)));
-    try {
-        m_store.wait(keys, bound);  // usually there at once: each node says so at the stop
-    } catch (const StoreError& error) {
-        if (error.kind() != StoreError::Kind::Timeout) throw;
-    }
+    wait_for(m_store, keys, bound);  // usually there at once: each node says so at the stop
     ProgressVotes votes;
     for (const auto& vote_key : keys) {
-        std::string value;
-        try {
-            if (m_store.check({vote_key})) value = m_store.get(vote_key);
-        } catch (const RecordRejected&) {
-        }
+        const std::string value = read_record(m_store, vote_key).value_or("");
         if (value == "1")
             ++votes.made;
         else if (value != "0") {
@@ -175,12 +160,7 @@ void Rendezvous::acknowledge(int round, int node_rank, int nnodes) {
 }
 
 std::vector<int> Rendezvous::wait_acknowledged(int round, int nnodes, milliseconds timeout) {
-    try {
-        m_store.wait({key(round, "acked")}, timeout);
-        return {};
-    } catch (const StoreError& error) {
-        if (error.kind() != StoreError::Kind::Timeout) throw;
-    }
+    if (wait_for(m_store, {key(round, "acked")}, timeout)) return {};
     std::vector<int> missing;
     for (int rank = 0; rank < nnodes; ++rank)
         if (!m_store.check({key(round, fmt::format("ack/{}", rank))})) missing.push_back(rank);

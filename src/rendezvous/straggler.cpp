@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/duration_text.hpp"
+
 namespace ddprun {
 
 double median_rate(const std::vector<double>& rates) {
@@ -67,10 +69,9 @@ std::string describe_straggler(const Straggler& g, std::chrono::milliseconds win
             "median of {:.1f}",
             g.rank, g.node_rank, g.rate, g.median);
     return fmt::format(
-        "rank {} (node {}) is a straggler: {:.1f} steps/s against a median of {:.1f} for {} s "
+        "rank {} (node {}) is a straggler: {:.1f} steps/s against a median of {:.1f} for {} "
         "(--straggler-window)",
-        g.rank, g.node_rank, g.rate, g.median,
-        fmt::format("{:g}", std::chrono::duration<double>(window).count()));
+        g.rank, g.node_rank, g.rate, g.median, duration_text(window));
 }
 
 }  // namespace ddprun

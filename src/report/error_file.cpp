@@ -6,15 +6,14 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "ddprun/base/fd.hpp"
+#include "ddprun/base/fd_io.hpp"
 #include "ddprun/base/text.hpp"
 
 namespace ddprun {
@@ -153,23 +152,10 @@ std::optional<ErrorFileInfo> read_error_file(const std::string& path) {
     if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) return std::nullopt;
     if (static_cast<std::size_t>(info.st_size) > k_max_error_file_bytes) return std::nullopt;
 
-    // Sized for the file as it is now, plus a byte to notice that it grew
-    // (a worker may still be writing); growing past the limit is refused.
-    std::string text(static_cast<std::size_t>(info.st_size) + 1, '\0');
-    std::size_t size = 0;
-    while (true) {
-        if (size == text.size()) {
-            if (size > k_max_error_file_bytes) return std::nullopt;
-            text.resize(k_max_error_file_bytes + 1);
-        }
-        const ssize_t got = ::read(fd, text.data() + size, text.size() - size);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return std::nullopt;
-        if (got == 0) break;
-        size += static_cast<std::size_t>(got);
-    }
-    text.resize(size);
-    return parse_error_file(text);
+    // A worker may still be writing it: growing past the limit is refused too.
+    auto text = read_to_eof(fd, k_max_error_file_bytes);
+    if (!text) return std::nullopt;
+    return parse_error_file(*text);
 }
 
 }  // namespace ddprun

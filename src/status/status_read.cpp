@@ -1,25 +1,21 @@
 // `ddprun status`'s reading (see status.hpp): one look at the job's records, and the
 // command around it (once, or --watch until the job ends).
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "ddprun/base/clock.hpp"
-#include "ddprun/base/fd.hpp"
+#include "ddprun/base/tcp_connect.hpp"
 #include "ddprun/base/text.hpp"
 #include "ddprun/cluster/job_store.hpp"
-#include "ddprun/cluster/status_publisher.hpp"
-#include "ddprun/elastic/elastic.hpp"
-#include "ddprun/launch/launch.hpp"
-#include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/fanout/job_secret.hpp"
+#include "ddprun/records/records.hpp"
+#include "ddprun/rendezvous/job_keys.hpp"
+#include "ddprun/rendezvous/status_publisher.hpp"
 #include "ddprun/scheduler/hostlist.hpp"
 #include "ddprun/scheduler/scheduler_env.hpp"
 #include "ddprun/status/status.hpp"
@@ -33,36 +29,10 @@ constexpr std::chrono::milliseconds k_read_timeout{3000};
 // More nodes than this are not a job's (the CLI's bound on --nnodes).
 constexpr int k_max_nodes = 1 << 16;
 
-// How long a Slurm step's store port may take to accept a probe's connection.
-constexpr int k_probe_bound_ms = 500;
-
-// Whether something accepts a TCP connection at host:port within k_probe_bound_ms: a
-// step's store, probed before a client is opened on it (which would wait its whole
-// timeout for a port nothing listens on).
-bool accepts(const std::string& host, int port) {
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
-        return false;
-    bool accepted = false;
-    for (addrinfo* at = found; at != nullptr && !accepted; at = at->ai_next) {
-        UniqueFd fd(::socket(at->ai_family, at->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-        if (!fd) continue;
-        if (::connect(fd.get(), at->ai_addr, at->ai_addrlen) == 0) {
-            accepted = true;
-            break;
-        }
-        if (errno != EINPROGRESS) continue;
-        pollfd poll_fd{fd.get(), POLLOUT, 0};
-        int error = 0;
-        socklen_t size = sizeof error;
-        accepted = ::poll(&poll_fd, 1, k_probe_bound_ms) == 1 &&
-                   ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
-    }
-    ::freeaddrinfo(found);
-    return accepted;
-}
+// How long a Slurm step's store port may take to accept a probe's connection: it is
+// probed before a client is opened on it (which would wait its whole timeout for a
+// port nothing listens on).
+constexpr std::chrono::milliseconds k_probe_bound{500};
 
 Error secret_refused(const std::string& run_id, bool with_secret) {
     return Error{
@@ -84,7 +54,7 @@ std::optional<std::string> read_key(Store& store, const std::string& key) {
 // Round 0 is being joined: the nodes that wrote their join records so far.
 void read_join(Store& store, const std::string& run_id, JobView& view) {
     for (int node = 0; node < std::max(1, view.joining_nnodes) && node < k_max_nodes; ++node) {
-        auto text = read_key(store, round_key(run_id, 0, fmt::format("info/{}", node)));
+        auto text = read_key(store, JobKeys(run_id).round(0, fmt::format("info/{}", node)));
         if (!text) continue;
         auto info = parse_node_info(*text);
         if (!info) continue;
@@ -102,13 +72,13 @@ std::expected<JobView, Error> read_job(Store& store, const std::string& run_id,
     view.where = where;
     view.now_ms = wall_ms();
     try {
-        auto text = read_key(store, status_key(run_id, 0));
+        auto text = read_key(store, JobKeys(run_id).status(0));
         if (text) {
             auto zero = parse_node_status(*text, run_id);
             if (!zero)
                 return std::unexpected(
                     Error{fmt::format("job '{}': node 0's status record ({}) is not one: {}",
-                                      run_id, status_key(run_id, 0), zero.error()),
+                                      run_id, JobKeys(run_id).status(0), zero.error()),
                           1});
             view.zero = *zero;
             view.nodes.resize(static_cast<std::size_t>(std::max(1, zero->nnodes)));
@@ -116,13 +86,13 @@ std::expected<JobView, Error> read_job(Store& store, const std::string& run_id,
             // Node 0's opened: another that does not is not the job's, and is left out.
             for (int node = 1; node < zero->nnodes; ++node)
                 view.nodes[static_cast<std::size_t>(node)] =
-                    read_node_status(store, status_key(run_id, node), run_id);
+                    read_node_status(store, JobKeys(run_id).status(node), run_id);
             return view;
         }
         read_join(store, run_id, view);
         if (!view.joined.empty()) return view;
         // An elastic job forming its first round has agents, not nodes yet.
-        if (store.check({elastic_key(run_id, "arrivals")})) return view;
+        if (store.check({JobKeys(run_id).elastic("arrivals")})) return view;
     } catch (const RecordRejected&) {
         return std::unexpected(secret_refused(run_id, with_secret));
     } catch (const StoreError& e) {
@@ -164,8 +134,9 @@ int run_status(LaunchConfig config, const Environment& env, const StatusRequest&
     if (!request.rendezvous_given && config.scheduler == "slurm") {
         auto steps = slurm_steps(env);
         if (!steps) return fail(steps.error());
-        auto found = std::ranges::find_if(
-            *steps, [](const SlurmStep& step) { return accepts(step.host, step.port); });
+        auto found = std::ranges::find_if(*steps, [](const SlurmStep& step) {
+            return accepts_tcp(step.host, step.port, k_probe_bound);
+        });
         if (found == steps->end())
             return fail(Error{
                 fmt::format("no ddprun job in Slurm job {}: no store answers at {} on the "
@@ -179,15 +150,19 @@ int run_status(LaunchConfig config, const Environment& env, const StatusRequest&
     }
     const bool watch = request.watch;
     const bool json = request.json;
-    auto ctx = prepare_status(config, env);
-    if (!ctx) return fail(ctx.error());
-    auto client = open_job_store(*ctx, k_read_timeout);
+    // The secret and etcd's access, read as the job's agents read them (usage errors).
+    auto secret = read_user_secret(config.rendezvous, env);
+    if (!secret) return fail(secret.error());
+    auto password = read_etcd_access(config.rdzv_backend, config.rendezvous.etcd);
+    if (!password) return fail(password.error());
+    const bool with_secret = !secret->empty();
+    auto client = open_job_store(
+        job_store_settings(config, std::move(*password), std::move(*secret)), k_read_timeout);
     if (!client) return fail(client.error());
     const bool terminal = ::isatty(STDOUT_FILENO) == 1;
     bool seen = false;
     for (;;) {
-        auto view =
-            read_job(*client->store, config.rdzv_id, client->where, !ctx->rdzv_secret.empty());
+        auto view = read_job(*client->store, config.rdzv_id, client->where, with_secret);
         if (!view) {
             // A job that was there and is gone ended while it was watched.
             if (!seen || view.error().exit_code != 1) return fail(view.error());

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/rendezvous/straggler.hpp"
 #include "ddprun/status/status.hpp"
 
@@ -28,10 +29,6 @@ std::string clock_text(std::int64_t ms) {
 std::string ranks_text(int first, int count) {
     if (count <= 0) return "-";
     return count == 1 ? std::to_string(first) : fmt::format("{}-{}", first, first + count - 1);
-}
-
-std::string seconds_text(std::int64_t ms) {
-    return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000);
 }
 
 // One rank, with its node, as both views show it.
@@ -91,7 +88,9 @@ std::string state_text(const JobView& view) {
 }
 
 std::string heartbeat_text(const JobView& view, const NodeStatus& node) {
-    return seconds_text(std::max<std::int64_t>(0, view.now_ms - node.time_ms)) + " ago";
+    return duration_text(
+               std::chrono::milliseconds(std::max<std::int64_t>(0, view.now_ms - node.time_ms))) +
+           " ago";
 }
 
 }  // namespace
@@ -146,7 +145,8 @@ std::string render_status(const JobView& view, double fraction) {
         for (const std::string& mark : row.marks) marks += (marks.empty() ? "" : ", ") + mark;
         std::string line = fmt::format(
             "{:<6} {:<5} {:>8}  {:>10}  {:>8}  {}", row.rank.rank, row.node_rank, row.rank.beats,
-            row.rank.silent_ms < 0 ? "-" : seconds_text(row.rank.silent_ms),
+            row.rank.silent_ms < 0 ? "-"
+                                   : duration_text(std::chrono::milliseconds(row.rank.silent_ms)),
             row.rank.rate < 0 ? "-" : fmt::format("{:.1f}", row.rank.rate), marks);
         out += line.substr(0, line.find_last_not_of(' ') + 1) + "\n";
     }

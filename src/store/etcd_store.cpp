@@ -227,9 +227,9 @@ class EtcdStore final : public Store {
 
   private:
     std::string etcd_key(const std::string& key) const {
-        // The rendezvous names its keys "ddprun/<run>/...": under the prefix instead.
-        constexpr std::string_view ours = "ddprun/";
-        return m_options.prefix + (key.starts_with(ours) ? key.substr(ours.size()) : key);
+        const std::string& root = m_options.job_root;
+        return m_options.prefix +
+               (!root.empty() && key.starts_with(root) ? key.substr(root.size()) : key);
     }
     std::string encoded(const std::string& key) const { return etcd_base64(etcd_key(key)); }
 
@@ -408,7 +408,7 @@ std::unique_ptr<Store> open_etcd_store(const EtcdStoreOptions& options) {
     auto store = std::make_unique<EtcdStore>(options);
     // One call now, so that an endpoint that is not etcd (or none at all) is
     // reported at once, in one line.
-    store->check({"ddprun/"});
+    store->check({options.job_root});
     return store;
 }
 

@@ -209,6 +209,15 @@ std::expected<std::string, std::string> open_record(std::string_view secret, std
     return std::string(value);
 }
 
+std::expected<std::string, NoRecord> read_record(Store& store, const std::string& key) {
+    if (!store.check({key})) return std::unexpected(NoRecord::Missing);
+    try {
+        return store.get(key);
+    } catch (const RecordRejected&) {
+        return std::unexpected(NoRecord::Rejected);
+    }
+}
+
 std::unique_ptr<Store> sign_store(std::unique_ptr<Store> inner, std::string secret) {
     // A plugin that cannot load fails the join now, in one line, not the first record.
     if (!secret.empty()) openssl_plugin();

@@ -92,6 +92,17 @@ const PluginLoad& plugin() {
 
 }  // namespace
 
+bool wait_for(Store& store, const std::vector<std::string>& keys,
+              std::chrono::milliseconds timeout) {
+    try {
+        store.wait(keys, timeout);
+        return true;
+    } catch (const StoreError& error) {
+        if (error.kind() != StoreError::Kind::Timeout) throw;
+        return false;
+    }
+}
+
 std::unique_ptr<Store> open_tcp_store(const StoreOptions& options) {
     const PluginLoad& load = plugin();
     if (load.entry == nullptr) throw StoreError(StoreError::Kind::Other, load.error);

@@ -17,10 +17,11 @@
 #include <fmt/format.h>
 
 #include "ddprun/base/child_process.hpp"
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/fd.hpp"
+#include "ddprun/base/fd_io.hpp"
 #include "ddprun/base/process_tree.hpp"
 #include "ddprun/base/signals.hpp"
-#include "ddprun/hang/hang_monitor.hpp"
 #include "ddprun/plan/rank_plan.hpp"
 
 namespace ddprun {
@@ -81,7 +82,7 @@ std::string describe_check_end(const HealthCheckResult& result, std::chrono::mil
             return fmt::format("exited with {}", WEXITSTATUS(result.status));
         case HealthCheckResult::Kind::TimedOut:
             return fmt::format("did not finish within {} (--health-check-timeout): killed it",
-                               timeout_text(timeout));
+                               duration_text(timeout));
         case HealthCheckResult::Kind::NotStarted:
             break;
     }
@@ -170,15 +171,12 @@ void HealthCheck::read() {
 }
 
 bool HealthCheck::drain() {
-    char buffer[4096];
-    for (;;) {
-        const ssize_t n = ::read(m_output->native_handle(), buffer, sizeof buffer);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EAGAIN) return true;
-        if (n <= 0) return false;
-        m_text.append(buffer, static_cast<std::size_t>(n));
+    const ReadEnd end = read_chunks(m_output->native_handle(), [this](std::string_view chunk) {
+        m_text.append(chunk);
         if (m_text.size() > k_kept_bytes) m_text.erase(0, m_text.size() - k_kept_bytes);
-    }
+        return true;
+    });
+    return end == ReadEnd::Drained;
 }
 
 void HealthCheck::reaped() {

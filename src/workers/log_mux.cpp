@@ -165,7 +165,7 @@ void LogMux::Impl::carry(const std::shared_ptr<Stream>& stream, std::string_view
 }
 
 void LogMux::Impl::write_file(Stream& stream, std::string_view chunk) {
-    int error = write_all(stream.file_fd, chunk.data(), chunk.size());
+    int error = write_all(stream.file_fd, chunk);
     if (error == 0) return;
     if (file_error.empty())
         file_error = "writing " + stream.file_path + ": " + std::strerror(error);
@@ -181,7 +181,7 @@ void LogMux::Impl::duplicate(Stream& stream, std::string_view chunk) {
 
 void LogMux::Impl::write_filtered(FilteredFile& file) {
     if (filtered_output.empty() || !file.fd) return;
-    int error = write_all(file.fd.get(), filtered_output.data(), filtered_output.size());
+    int error = write_all(file.fd.get(), filtered_output);
     if (error == 0) return;
     if (file_error.empty()) file_error = "writing " + file.path + ": " + std::strerror(error);
     file.fd.reset();

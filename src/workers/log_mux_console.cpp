@@ -1,9 +1,6 @@
 // LogMux's console: a chunk's lines prefixed and written whole, a partial line
 // held back a little (its timer), a console another stream left mid-line ended
 // first, and --collapse-lines' groups (line_groups.hpp) held for their window.
-#include <poll.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <cerrno>
 #include <cstring>
@@ -24,23 +21,6 @@ constexpr std::size_t k_max_held = 8 * 1024 * 1024;
 
 }  // namespace
 
-int LogMux::Impl::write_all(int fd, const char* data, std::size_t size) {
-    while (size > 0) {
-        ssize_t written = ::write(fd, data, size);
-        if (written >= 0) {
-            data += written;
-            size -= static_cast<std::size_t>(written);
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            pollfd pfd{fd, POLLOUT, 0};
-            // Blocking here is the console's backpressure.
-            if (::poll(&pfd, 1, -1) < 0 && errno != EINTR) return errno;
-        } else if (errno != EINTR) {
-            return errno;
-        }
-    }
-    return 0;
-}
-
 LogMux::Impl::SegmentSink LogMux::Impl::begin_output(const Stream& stream) {
     output.clear();
     output.append("\n");
@@ -56,7 +36,8 @@ void LogMux::Impl::end_output(Stream& stream) {
         skip = 0;
     }
     console.owner = stream.splitter.mid_line() ? &stream : nullptr;
-    if (int error = write_all(console.fd, output.data() + skip, output.size() - skip))
+    if (int error =
+            write_all(console.fd, std::string_view(output.data() + skip, output.size() - skip)))
         fail_console(console, error);
 }
 
@@ -135,7 +116,7 @@ void LogMux::Impl::show_held(Console& console, std::chrono::steady_clock::time_p
             console.owner->splitter.line_broken();
             console.owner = nullptr;
         }
-        if (int error = write_all(console.fd, output.data(), output.size()))
+        if (int error = write_all(console.fd, std::string_view(output.data(), output.size())))
             fail_console(console, error);
     }
     if (until != std::chrono::steady_clock::time_point::max()) arm_window(console);

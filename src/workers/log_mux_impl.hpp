@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ddprun/base/fd.hpp"
+#include "ddprun/base/fd_io.hpp"
 #include "ddprun/base/line_splitter.hpp"
 #include "ddprun/workers/duplicate_filter.hpp"
 #include "ddprun/workers/line_groups.hpp"
@@ -194,10 +195,6 @@ struct LogMux::Impl {
     void arm_partial_timer(const std::shared_ptr<Stream>& stream);
 
     void on_partial_timer(const std::shared_ptr<Stream>& stream);
-
-    // Writes everything, retrying on EINTR and waiting for writability on
-    // EAGAIN (a console someone made non-blocking). Returns 0 or an errno.
-    static int write_all(int fd, const char* data, std::size_t size);
 
     boost::asio::io_context& io;
     Options options;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "ddprun/base/duration_text.hpp"
 #include "ddprun/base/fd.hpp"
 #include "ddprun/base/logging.hpp"
 #include "ddprun/base/process_tree.hpp"
@@ -251,9 +252,8 @@ void WorkerGroup::stop(int signal, std::chrono::milliseconds grace, bool send) {
         if (ec) return;
         for (auto& w : m_impl->workers)
             if (w.running)
-                spdlog::warn("rank {} (pid {}) still running {:.3g} s after {}; killing it",
-                             w.spec.rank, w.pid, static_cast<double>(grace.count()) / 1000.0,
-                             signal_name(signal));
+                spdlog::warn("rank {} (pid {}) still running {} after {}; killing it", w.spec.rank,
+                             w.pid, duration_text(grace), signal_name(signal));
         kill();
     });
 }

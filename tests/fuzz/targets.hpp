@@ -34,7 +34,7 @@
 // The elastic protocol's own records (the event queue, the answers) are not
 // public: the fuzz targets see src/ for them.
 #include "ddprun/hang/hang_monitor.hpp"
-#include "records/records_internal.hpp"
+#include "ddprun/records/wire.hpp"
 
 namespace ddprun_fuzz {
 
@@ -150,17 +150,17 @@ inline std::string check_round_result(std::string_view data) {
 // and an answer survives a round trip.
 inline std::string check_elastic(std::string_view data) {
     try {
-        if (auto event = ddprun::detail::parse_event(data); !event) {
+        if (auto event = ddprun::wire::parse_event(data); !event) {
             if (auto broken = check_one_line("parse_event", event.error()); !broken.empty())
                 return broken;
         } else if (event->agent < 0 || event->answer < 0) {
             return "parse_event accepted a negative agent or answer number";
         }
-        if (auto answer = ddprun::detail::parse_answer(data); !answer) {
+        if (auto answer = ddprun::wire::parse_answer(data); !answer) {
             if (auto broken = check_one_line("parse_answer", answer.error()); !broken.empty())
                 return broken;
         } else {
-            auto again = ddprun::detail::parse_answer(ddprun::detail::answer_json(*answer));
+            auto again = ddprun::wire::parse_answer(ddprun::wire::answer_json(*answer));
             if (!again || again->kind != answer->kind || again->round != answer->round ||
                 again->exit_code != answer->exit_code || again->message != answer->message)
                 return "parse_answer round trip changed the answer";
@@ -241,9 +241,9 @@ inline std::string check_file_timer(std::string_view data) {
 // hang line every node prints) is one line too.
 inline std::string check_progress(std::string_view data) {
     try {
-        auto ranks = ddprun::detail::parse_progress(data, "ddprun/job/r0/progress/1", "job");
+        auto ranks = ddprun::wire::parse_progress(data, "ddprun/job/r0/progress/1", "job");
         if (!ranks) return check_one_line("parse_progress", ranks.error());
-        if (ranks->size() > ddprun::detail::k_max_node_outcomes)
+        if (ranks->size() > ddprun::wire::k_max_node_outcomes)
             return "parse_progress accepted more ranks than its bound";
         for (const auto& r : *ranks) {
             if (r.rank < 0 || r.node_rank < 0 || r.silent_ms < -1 || r.running_ms < 0)

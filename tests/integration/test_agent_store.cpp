@@ -122,7 +122,7 @@ class AgentStore : public MultiNodeTest {
     std::vector<RunResult> m_results;
 };
 
-// The 2x2 torch gloo job over the shared agent store, USE_LIBUV set nowhere:
+// A 2x2 torch gloo job over the shared agent store, USE_LIBUV set nowhere:
 // every rank a client of node 0's agent's store, no rank listening on MASTER_PORT.
 // Where torch's own env:// client cannot start (no libuv), the worker makes its client.
 TEST_F(AgentStore, AGlooJobOfTwoNodesRunsOverNodeZerosStoreWithoutUseLibuv) {

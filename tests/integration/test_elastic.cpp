@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/rendezvous/job_keys.hpp"
 #include "ddprun/store/etcd_client.hpp"
 #include "ddprun/store/etcd_store.hpp"
 #include "harness.hpp"
@@ -181,6 +182,7 @@ class ElasticTest : public MultiNodeTest {
         if (etcd()) {
             ddprun::EtcdStoreOptions options;
             options.client = {{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s};
+            options.job_root = ddprun::JobKeys::k_root;
             ddprun::open_etcd_store(options)->set(key, value);
             return;
         }

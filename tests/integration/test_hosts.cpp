@@ -214,7 +214,7 @@ TEST_F(HostsTest, SigkillOfTheLauncherLeavesNothingOnAnyHost) {
     EXPECT_LT(Clock::now() - killed, 10s);
 }
 
-// Issue 31: the launcher SIGKILLed with two hosts of two workers each: every ssh
+// The launcher SIGKILLed with two hosts of two workers each: every ssh
 // client, remote agent and worker is gone within the lifeline's bound (README), each
 // of `DDPRUN_HOSTS_KILL_RUNS` times (default 3; scripts/stress.sh runs 200 under a
 // CPU hog). Says which processes were left, and the worst time.

@@ -1,4 +1,4 @@
-// ddprun under Open MPI's mpirun (issue 17): one ddprun per "host", two hosts
+// ddprun under Open MPI's mpirun: one ddprun per "host", two hosts
 // (127.0.0.1 and 127.0.0.2, both this machine; tests/mpi/rsh_local starts
 // mpirun's daemon on the second one locally, as ssh would remotely), each with
 // two fake_worker workers. What an mpirun user relies on: ranks 0-3 from

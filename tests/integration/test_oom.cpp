@@ -1,4 +1,4 @@
-// The kernel's OOM killer, named (issue 30): ddprun runs in a real memory
+// The kernel's OOM killer, named: ddprun runs in a real memory
 // cgroup with a real limit, made for the test under the test's own, and a
 // worker allocates past it. A SIGKILL from anyone else stays a SIGKILL, even in
 // a cgroup whose counter an earlier OOM kill has raised. Each test runs on

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ddprun/rendezvous/job_keys.hpp"
 #include "ddprun/store/etcd_store.hpp"
 #include "harness.hpp"
 #include "multi_node.hpp"
@@ -72,6 +73,7 @@ class SignedRendezvous : public MultiNodeCaseTest<ForgedCase> {
         }
         ddprun::EtcdStoreOptions options;
         options.client = {{{"127.0.0.1", SharedEtcd::get().client_ports().front()}}, 5s};
+        options.job_root = ddprun::JobKeys::k_root;
         auto store = ddprun::open_etcd_store(options);
         if (!after.empty()) store->wait({after}, 30s);
         store->set(key, value);

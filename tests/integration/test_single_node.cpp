@@ -99,7 +99,7 @@ TEST_F(SingleNodeBasics, VersionPrintsNameAndVersion) {
 }
 
 // What keeps the start within reach of /bin/true (bench/run.sh (m)): the
-// binary links no OpenSSL, whose libcrypto alone took 1.7 ms to load; the
+// binary links no OpenSSL, whose libcrypto alone takes 1.7 ms to load; the
 // plugin does, and is loaded by etcd jobs and job secrets only.
 TEST_F(SingleNodeBasics, TheBinaryLinksNoOpenSsl) {
     auto dependencies = ddprun::read_elf_dependencies(ddprun_test::build_paths::ddprun_binary);

@@ -1,4 +1,4 @@
-// ddprun under a real Slurm (issue 17): the real binary started by srun,
+// ddprun under a real Slurm: the real binary started by srun,
 // sbatch and salloc on the two nodes of slurm_cluster.hpp, stopped by scancel,
 // with fake_worker as the program. What a Slurm user relies on: one job of
 // ranks 0-3 from `srun -N2 ddprun`, the batch script's rules, a failure or a
@@ -32,7 +32,8 @@ namespace {
 // How long one srun/sbatch job of these tests may take on a loaded 2-core
 // machine before the test calls it a hang.
 constexpr Milliseconds k_job_guard = 60s;
-// The issue's bound for every node to give up on an unresolvable node 0.
+// The bound for every node to give up on an unresolvable node 0: far below the
+// 60 s socket timeout a node that did not resolve it first would wait out.
 constexpr Milliseconds k_resolve_bound = 15s;
 // Jobs or steps sharing the nodes take about a second; this bounds how long a
 // node left behind by a collision of the two (waiting for a store whose host

@@ -20,9 +20,9 @@ namespace ddprun_it {
 namespace {
 
 // A status period of two seconds (a third of the heartbeat timeout), so that each look
-// sees what changed within a few seconds. Not 3 s (a period of one): on CI's two loaded
-// cores an agent's heartbeat thread once went unscheduled that long, and the job these
-// tests read ended 75 under them.
+// sees what changed within a few seconds. Not 3 s (a period of one): on two loaded
+// cores an agent's heartbeat thread can go unscheduled that long, and the job these
+// tests read would end 75 under them.
 const std::pair<std::string, std::string> k_fast_status{"heartbeat_timeout", "6"};
 
 class StatusTest : public MultiNodeBackendTest {
@@ -90,6 +90,9 @@ bool matches(const std::string& line, const std::string& pattern) {
     return std::regex_match(line, std::regex(pattern));
 }
 
+// A duration as duration_text.hpp writes it: "850 ms", "1.5 s", "2 min 30 s".
+const std::string k_duration = "(\\d+ (h|min) )*\\d+(\\.\\d)? (ms|s|min|h)";
+
 // Every phase of a fixed-size job, each screen checked line by line: node 0 alone
 // (joining), both running with their ranks' rates, stopping after rank 3 failed
 // (rank 0 traps SIGTERM and holds the stop open), and gone once the job ended.
@@ -129,7 +132,7 @@ TEST_P(StatusTest, TheScreenThroughAJobsPhases) {
     wait_ready(4, agents);
     // Every rank's rate is known a second after its first beat, and its node's next record.
     auto rank_row = [](int rank) {
-        return fmt::format("{}      {} +\\d+ +\\d+\\.\\d s +\\d+\\.\\d", rank, rank / 2);
+        return fmt::format("{}      {} +\\d+ +{} +\\d+\\.\\d", rank, rank / 2, k_duration);
     };
     auto every_rate_known = [&](const std::string& out) {
         auto rows = split_lines(out);
@@ -158,10 +161,9 @@ TEST_P(StatusTest, TheScreenThroughAJobsPhases) {
     for (int node = 0; node < 2; ++node)
         EXPECT_TRUE(
             matches(lines[7 + static_cast<std::size_t>(node)],
-                    fmt::format("{}     127\\.0\\.0\\.{} +{}  {}-{} +2/2 +running +"
-                                "\\d+\\.\\d s ago",
-                                node, node + 1, agent_of(*agents[static_cast<std::size_t>(node)]),
-                                2 * node, 2 * node + 1)))
+                    fmt::format("{}     127\\.0\\.0\\.{} +{}  {}-{} +2/2 +running +{} ago", node,
+                                node + 1, agent_of(*agents[static_cast<std::size_t>(node)]),
+                                2 * node, 2 * node + 1, k_duration)))
             << lines[7 + static_cast<std::size_t>(node)];
     EXPECT_TRUE(
         matches(lines[10], "rank   node     steps   last step   steps/s  \\(median \\d+\\.\\d\\)"))

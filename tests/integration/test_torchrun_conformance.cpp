@@ -1,4 +1,4 @@
-// ddprun against torchrun itself (issue 42): every option the torch at hand's
+// ddprun against torchrun itself: every option the torch at hand's
 // torchrun lists, read from its own parser (bench/torchrun_options.py), is
 // accepted with each of its spellings and values; and a real project's launch
 // line (TorchTitan's run_train.sh) runs end to end. A list of torchrun's flags

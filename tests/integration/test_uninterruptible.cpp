@@ -41,7 +41,7 @@ TEST_F(Uninterruptible, AWorkerInDStatePastTheTimeoutStopsTheJobWithoutARestart)
     ASSERT_EQ(workers.at(1).size(), 1u) << "no restart\n" << r.describe();
     const auto lines = own_lines_with(
         r.err, {fmt::format("ddprun: error: rank 1 (pid {}) on node 0 (", workers.at(1).front()),
-                "has been in uninterruptible sleep (D state) for 1.",
+                "has been in uninterruptible sleep (D state) for 1",
                 " s (" + std::string(k_variable) + "=1)", "the job stops without a restart"});
     EXPECT_EQ(lines.size(), 1u) << r.describe();
     EXPECT_EQ(own_lines_with(r.err, {"uninterruptible"}).size(), 1u) << "one line\n"
@@ -103,7 +103,7 @@ TEST_P(UninterruptibleTwoNodes, EveryNodeStopsNamingTheWorker) {
         EXPECT_EQ(
             own_lines_with(node.err, {fmt::format("ddprun: error: rank 3 (pid {}) on node 1 (",
                                                   workers.at(3).front()),
-                                      "has been in uninterruptible sleep (D state) for 1.",
+                                      "has been in uninterruptible sleep (D state) for 1",
                                       "the job stops without a restart"})
                 .size(),
             1u)

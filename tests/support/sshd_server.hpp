@@ -1,4 +1,4 @@
-// A real OpenSSH server for the tests of --hosts (issue 13): one sshd, started
+// A real OpenSSH server for the tests of --hosts: one sshd, started
 // by the test from a temp dir of its own (throwaway host and client keys, its
 // own sshd_config, its log), listening on one free port on several loopback
 // addresses, so that "hosts" 127.0.0.2, 127.0.0.3, ... are real ssh logins to

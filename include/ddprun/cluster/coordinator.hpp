@@ -20,11 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "ddprun/cluster/status_publisher.hpp"
 #include "ddprun/elastic/elastic.hpp"
 #include "ddprun/records/node_status.hpp"
 #include "ddprun/rendezvous/etcd_liveness.hpp"
 #include "ddprun/rendezvous/rendezvous.hpp"
+#include "ddprun/rendezvous/status_publisher.hpp"
 #include "ddprun/rendezvous/straggler.hpp"
 #include "ddprun/store/etcd_store.hpp"
 #include "ddprun/store/store.hpp"
@@ -199,6 +199,9 @@ class Coordinator {
         StatusPublisher publisher;
     };
     void publish_status(Store& store, StatusPublication& publication);
+    // The heartbeat thread's connection, liveness strategy and conversations
+    // (coordinator_heartbeat.cpp).
+    struct Beat;
     // How long a thread whose store is gone (not frozen) may take to fail its call: the
     // plugin's reconnect window (1 s, which c10d counts in whole seconds) and a reply.
     // Abandoning such a thread let it post to the agent's loop after it was gone: SIGSEGV
@@ -262,12 +265,8 @@ class Coordinator {
     Store* m_watch_store = nullptr;               // the watcher thread's, under m_mutex
     EtcdLiveness* m_liveness = nullptr;           // the heartbeat thread's, under m_mutex (etcd)
     std::unique_ptr<EtcdLiveness> m_entry;        // the operations thread's: puts the round's key
-    // The round whose key m_entry put, under which lease, at which revision: the heartbeat
-    // thread follows it (the revision and lease are stored before the round).
-    std::atomic<int> m_entered_round{-1};
-    std::atomic<bool> m_at_once{false};  // leave_at_once()
-    std::atomic<std::int64_t> m_entered_lease{0};
-    std::atomic<std::int64_t> m_entered_revision{0};
+    EnteredRound m_entered;                       // m_entry's, which the heartbeat thread follows
+    std::atomic<bool> m_at_once{false};           // leave_at_once()
     // Elastic on etcd: who leads, and the revision at which that was learnt.
     std::atomic<int> m_followed_leader{-1};
     std::atomic<std::int64_t> m_leader_revision{0};

@@ -42,9 +42,6 @@
 
 namespace ddprun {
 
-// The key of `name` among an elastic job's job-wide keys.
-std::string elastic_key(const std::string& run_id, std::string_view name);
-
 // One agent's side of the protocol. Blocking calls on the Store it was given
 // (one thread at a time, as every Store).
 class ElasticMember {

@@ -1,6 +1,6 @@
 // Which hosts a fanned-out job runs on, and which of each host's slots
 // (devices) it uses: the pure layer under `--hosts`, `--hostfile`, `--include`
-// and `--exclude` (issue 13). Why it exists: the front end starts one agent per
+// and `--exclude`. Why it exists: the front end starts one agent per
 // host over ssh, and a host listed twice, a typo in a slot count or a filter
 // naming a host that is not there must be refused before anything starts,
 // with a message naming the line or the entry. No I/O: the caller reads the

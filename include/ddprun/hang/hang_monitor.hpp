@@ -91,10 +91,7 @@ std::string describe_progress(std::vector<RankProgress> ranks);
 // been silent since its start). nullopt when none is hung.
 std::optional<RankProgress> first_to_stop(const std::vector<RankProgress>& ranks);
 // That rank as the hang's root cause, in one line: "rank 3 (node 1) stopped making
-// progress first: no beat for 30.1 s (--hang-timeout=30 s), last beat 'step 41'".
+// progress first: no beat for 30.1 s (--hang-timeout=30), last beat 'step 41'".
 std::string describe_first_stop(const RankProgress& rank, const HangLimits& limits);
-
-// A --hang-timeout value as messages show it: "30 s", "2.5 s".
-std::string timeout_text(std::chrono::milliseconds timeout);
 
 }  // namespace ddprun

@@ -1,4 +1,4 @@
-// Stacks of a hung worker (issue 12): what a node captures before it stops its
+// Stacks of a hung worker: what a node captures before it stops its
 // workers, and what the failure summary shows of it.
 //
 // Two kinds. Native stacks of every thread come from an outside tool run as a

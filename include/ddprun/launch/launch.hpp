@@ -31,13 +31,6 @@ struct PreparedLaunch {
 std::expected<PreparedLaunch, Error> prepare_launch(const LaunchConfig& config,
                                                     const Environment& env);
 
-// `ddprun status` (status.hpp): what a reader of the job `config` names needs to
-// reach its store as the agents do: the job secret (--rdzv_conf secret_file or
-// DDPRUN_RDZV_SECRET_FILE) and the etcd backend's TLS and password files, read and
-// checked as prepare_launch() reads them (usage errors, 2). Nothing is started.
-std::expected<LaunchContext, Error> prepare_status(const LaunchConfig& config,
-                                                   const Environment& env);
-
 // --preflight (an agent of --hosts, fan_out.hpp): after prepare_launch() has
 // checked what this node needs, checks that node 0's rendezvous port is free
 // when this node would host the store. Returns the answer to print, starting

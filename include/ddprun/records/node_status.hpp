@@ -63,10 +63,8 @@ struct NodeStatus {
 
 inline constexpr std::size_t k_max_straggler_news = 64;
 
-// "ddprun/<run_id>/status/<node_rank>": outside the rounds, so that a reader finds
-// the job's latest without knowing its round.
-std::string status_key(const std::string& run_id, int node_rank);
-
+// Each node's record lives under JobKeys::status (job_keys.hpp): outside the rounds,
+// so that a reader finds the job's latest without knowing its round.
 // The record names its run: one of another run is refused (the error says whose).
 std::string to_json(const NodeStatus& status, const std::string& run_id);
 std::expected<NodeStatus, std::string> parse_node_status(std::string_view text,

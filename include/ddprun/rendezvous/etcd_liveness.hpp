@@ -20,6 +20,7 @@
 // service, as deleting any record is), never make one succeed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <set>
@@ -30,6 +31,15 @@
 #include "ddprun/store/etcd_store.hpp"
 
 namespace ddprun {
+
+// The round whose key one instance (the join's) put, under which lease, at which
+// revision, for the other (the heartbeat thread's) to follow: written by one thread,
+// read by the other (the revision and lease are stored before the round).
+struct EnteredRound {
+    std::atomic<int> round{-1};
+    std::atomic<std::int64_t> lease{0};
+    std::atomic<std::int64_t> revision{0};
+};
 
 class EtcdLiveness {
   public:

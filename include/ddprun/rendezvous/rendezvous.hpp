@@ -11,7 +11,7 @@
 // agent gives each of its threads its own Rendezvous over its own
 // Store::clone().
 //
-// Keys live under "ddprun/<run_id>/r<round>/": assign, claim/<rank>,
+// Keys live under the round's (JobKeys::round, job_keys.hpp): assign, claim/<rank>,
 // info/<rank>, zero, joined, joined/<count>, result, stop, finished, ack/<rank>, acks,
 // acked, hb/<rank>. Records are JSON (records.hpp); whatever is found under
 // these keys is parsed defensively: a malformed record is reported as one line
@@ -36,12 +36,10 @@
 // that this header stays the one a user of the rendezvous needs.
 #include "ddprun/records/records.hpp"
 #include "ddprun/rendezvous/heartbeat.hpp"
+#include "ddprun/rendezvous/job_keys.hpp"
 #include "ddprun/store/store.hpp"
 
 namespace ddprun {
-
-// The key of `name` in round `round` of run `run_id` (see the top of this file).
-std::string round_key(const std::string& run_id, int round, std::string_view name);
 
 class Rendezvous {
   public:
@@ -167,7 +165,7 @@ class Rendezvous {
                                                          std::chrono::milliseconds timeout);
 
     Store& m_store;
-    std::string m_run_id;
+    JobKeys m_keys;
     std::string m_agent_id;
     std::optional<std::int64_t> read_beat(const std::string& hb_key);
 

@@ -17,6 +17,9 @@ namespace ddprun {
 struct EtcdStoreOptions {
     EtcdOptions client;               // the cluster's members and each call's bound
     std::string prefix = "/ddprun/";  // --rdzv_conf prefix
+    // The root the rendezvous starts its keys with (JobKeys::k_root): a key under it is
+    // stored under `prefix` instead; any other key goes under `prefix` whole.
+    std::string job_root;
     // Every key written is bound to it (etcd_lease.hpp), shared by the store's clones;
     // none: the keys stay until deleted.
     std::shared_ptr<EtcdKeyLease> lease;

@@ -64,6 +64,12 @@ std::string sign_record(std::string_view secret, std::string_view key, std::stri
 std::expected<std::string, std::string> open_record(std::string_view secret, std::string_view key,
                                                     std::string_view stored);
 
+// A record read where it may be missing or forged, both outcomes a protocol expects:
+// its value, or which of the two (a rejected one the store warned about). Throws
+// StoreError only for the unexpected: the store lost or refusing.
+enum class NoRecord { Missing, Rejected };
+std::expected<std::string, NoRecord> read_record(Store& store, const std::string& key);
+
 // `inner` behind the guard. Each rejected key is warned about once per job
 // (every clone shares the record of what was warned).
 std::unique_ptr<Store> sign_store(std::unique_ptr<Store> inner, std::string secret);

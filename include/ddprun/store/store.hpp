@@ -105,6 +105,11 @@ class Store {
     virtual void cancel() {}
 };
 
+// Whether every key exists within `timeout`: a wait that runs out is an outcome the
+// protocol expects (false), not an exception; any other failure throws StoreError.
+bool wait_for(Store& store, const std::vector<std::string>& keys,
+              std::chrono::milliseconds timeout);
+
 struct StoreOptions {
     std::string host;
     int port = 0;

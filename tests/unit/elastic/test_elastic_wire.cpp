@@ -87,8 +87,8 @@ TEST(ElasticWire, TwoAgentsFormARoundThroughTheLeader) {
 TEST(ElasticWire, AMalformedEventIsSkipped) {
     auto store = make_memory_store(10s);
     const Fingerprint job = elastic_job(2, 3);
-    store->add(elastic_key("job", "events"), 1);
-    store->set(elastic_key("job", "event/1"), "{not json");
+    store->add(JobKeys("job").elastic("events"), 1);
+    store->set(JobKeys("job").elastic("event/1"), "{not json");
     auto leader = start_leader(*store, job);
     auto zero = join_async(*store, job, 0);
     auto one = join_async(*store, job, 1);
@@ -101,7 +101,7 @@ TEST(ElasticWire, AHoleInTheEventQueueIsSkipped) {
     // An agent killed between numbering its event and writing it.
     auto store = make_memory_store(10s);
     const Fingerprint job = elastic_job(2, 3);
-    store->add(elastic_key("job", "events"), 1);
+    store->add(JobKeys("job").elastic("events"), 1);
     auto leader = start_leader(*store, job);
     auto started = std::chrono::steady_clock::now();
     auto zero = join_async(*store, job, 0);
@@ -115,7 +115,7 @@ TEST(ElasticWire, AHoleInTheEventQueueIsSkipped) {
 TEST(ElasticWire, AMalformedAnswerIsOneLineNamingTheKey) {
     auto store = make_memory_store(10s);
     const Fingerprint job = elastic_job(2, 3);
-    store->set(elastic_key("job", "answer/3/0"), R"({"kind":"maybe"})");
+    store->set(JobKeys("job").elastic("answer/3/0"), R"({"kind":"maybe"})");
     ElasticMember member(*store, "job", 3);
     auto result = member.join(agent_info(3, job), {}, [] { return false; });
     ASSERT_FALSE(result);
@@ -133,7 +133,7 @@ TEST(ElasticWire, AFixedSizeAgentAndAnElasticJobTellEachOtherApart) {
         auto store = make_memory_store(10s);
         NodeInfo zero = agent_info(0, Fingerprint{3, "./train", 0, "job", "1.0"});
         zero.node_rank = 0;
-        store->set(round_key("job", 0, "zero"), to_json(zero));
+        store->set(JobKeys("job").round(0, "zero"), to_json(zero));
         ElasticMember member(*store, "job", 0);
         auto result = member.join(agent_info(0, elastic_job(1, 3)), {}, [] { return false; });
         ASSERT_FALSE(result);

@@ -127,13 +127,13 @@ TEST(DescribeProgress, HungFirstThenTheOthersGroupedByLabelAndSilence) {
     };
     EXPECT_EQ(describe_progress(ranks),
               "no progress from rank 3 for 30.1 s (last beat 'step 41'); ranks 0-2 last beat "
-              "9.9 s ago ('step 42'); rank 4 last beat 0.1 s ago ('eval'); rank 5 never beat");
+              "9.9 s ago ('step 42'); rank 4 last beat 100 ms ago ('eval'); rank 5 never beat");
     EXPECT_EQ(describe_progress({}), "no rank beats");
     auto first = first_to_stop(ranks);
     ASSERT_TRUE(first);
     EXPECT_EQ(describe_first_stop(*first, HangLimits{30s, std::nullopt}),
               "rank 3 (node 1) stopped making progress first: no beat for 30.1 s "
-              "(--hang-timeout=30 s), last beat 'step 41'");
+              "(--hang-timeout=30), last beat 'step 41'");
 }
 
 // Of the hung ranks, the one silent longest stopped first; one that never beat has
@@ -146,7 +146,7 @@ TEST(DescribeProgress, TheFirstToStopIsTheLongestSilent) {
     ASSERT_TRUE(first);
     EXPECT_EQ(first->rank, 1);
     EXPECT_EQ(describe_first_stop(*first, HangLimits{30s, 35s}),
-              "rank 1 (node 0) never beat within --hang-timeout-first=35 s (running 40.0 s)");
+              "rank 1 (node 0) never beat within --hang-timeout-first=35 (running 40 s)");
 }
 
 }  // namespace

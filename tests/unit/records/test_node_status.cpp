@@ -110,9 +110,5 @@ TEST(NodeStatusRecord, ControlCharactersInTextBecomeSpaces) {
     EXPECT_EQ(back->host, "gpu 01");
 }
 
-TEST(NodeStatusRecord, KeyIsOutsideTheRounds) {
-    EXPECT_EQ(status_key("job42", 3), "ddprun/job42/status/3");
-}
-
 }  // namespace
 }  // namespace ddprun

@@ -89,7 +89,7 @@ TEST(StragglerWatch, KeepsTheLastNamingsOnly) {
 
 TEST(StragglerWatch, Describes) {
     EXPECT_EQ(describe_straggler({5, 1, 0.94, 10, 0, false, 1}, 60s),
-              "rank 5 (node 1) is a straggler: 0.9 steps/s against a median of 10.0 for 60 s "
+              "rank 5 (node 1) is a straggler: 0.9 steps/s against a median of 10.0 for 1 min "
               "(--straggler-window)");
     EXPECT_EQ(describe_straggler({5, 1, 9.8, 10, 0, true, 2}, 60s),
               "rank 5 (node 1) is no longer a straggler: 9.8 steps/s against a median of 10.0");

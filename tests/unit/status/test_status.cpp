@@ -74,10 +74,10 @@ TEST(StatusScreen, ARunningJobLineByLine) {
                             "         1.5 s ago",
                             "2     (no status record yet)", "",
                             "rank   node     steps   last step   steps/s  (median 9.8)",
-                            "0      0          500       0.1 s      10.0",
-                            "1      0          480       0.2 s       9.5",
-                            "2      1          490       0.1 s      10.0",
-                            "3      1           50      12.0 s       1.0  straggler, silent"));
+                            "0      0          500      100 ms      10.0",
+                            "1      0          480      200 ms       9.5",
+                            "2      1          490      100 ms      10.0",
+                            "3      1           50        12 s       1.0  straggler, silent"));
 }
 
 TEST(StatusScreen, MarksASlowRankNodeZeroHasNotNamedYet) {
@@ -85,7 +85,7 @@ TEST(StatusScreen, MarksASlowRankNodeZeroHasNotNamedYet) {
     view.zero->stragglers.clear();
     view.nodes[0]->stragglers.clear();
     EXPECT_THAT(render_status(view),
-                HasSubstr("3      1           50      12.0 s       1.0  slow, silent\n"));
+                HasSubstr("3      1           50        12 s       1.0  slow, silent\n"));
     EXPECT_THAT(render_status(view, 0.05), HasSubstr("1.0  silent\n"));
 }
 
@@ -153,7 +153,7 @@ class ReadJob : public ::testing::Test {
   protected:
     std::unique_ptr<Store> m_store = make_memory_store(1s);
     void put(Store& store, const NodeStatus& status) {
-        store.set(status_key("job", status.node_rank), to_json(status, "job"));
+        store.set(JobKeys("job").status(status.node_rank), to_json(status, "job"));
     }
 };
 
@@ -186,7 +186,7 @@ TEST_F(ReadJob, RoundZeroBeingJoined) {
     info.node_rank = 0;
     info.host = "gpu01";
     info.fingerprint.nnodes = 4;
-    m_store->set(round_key("job", 0, "info/0"), to_json(info));
+    m_store->set(JobKeys("job").round(0, "info/0"), to_json(info));
     auto view = read_job(*m_store, "job", "here", false);
     ASSERT_TRUE(view) << view.error().message;
     EXPECT_EQ(view->joining_nnodes, 4);
@@ -195,7 +195,7 @@ TEST_F(ReadJob, RoundZeroBeingJoined) {
 }
 
 TEST_F(ReadJob, AnElasticJobFormingItsFirstRound) {
-    m_store->add(elastic_key("job", "arrivals"), 1);
+    m_store->add(JobKeys("job").elastic("arrivals"), 1);
     auto view = read_job(*m_store, "job", "here", false);
     ASSERT_TRUE(view) << view.error().message;
     EXPECT_EQ(view->joining_nnodes, 0);
@@ -203,7 +203,7 @@ TEST_F(ReadJob, AnElasticJobFormingItsFirstRound) {
 }
 
 TEST_F(ReadJob, AMalformedNodeZeroRecordIsOneLine) {
-    m_store->set(status_key("job", 0), "{\"run_id\": \"job\"}");
+    m_store->set(JobKeys("job").status(0), "{\"run_id\": \"job\"}");
     auto view = read_job(*m_store, "job", "here", false);
     ASSERT_FALSE(view);
     EXPECT_EQ(view.error().exit_code, 1);

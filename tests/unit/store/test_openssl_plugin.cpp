@@ -142,9 +142,9 @@ TEST(OpenSslPlugin, FoundBesideTheBinaryFirst) {
 
 // A plain http client whose member hangs up without an answer: before the job has reached
 // etcd, that is an etcd serving https (one line saying so, at once); once it has, it is
-// a member going down or starting (etcd killed mid-call and restarted: CI's run of
+// a member going down or starting (etcd killed mid-call and restarted, as in
 // ElasticEtcdTest.AnEtcdOutOfReachForLessThanTheHeartbeatTimeoutLosesNoNode, whose
-// agent ended 75 with the https hint), an outage the agent rides out.
+// agents would end 75 with the https hint), an outage the agent rides out.
 TEST(EtcdTransport, AHangUpIsTheHttpsHintOnlyBeforeEtcdWasReached) {
     const auto [listener, port] = listen_on_loopback(16);
     ASSERT_GE(listener, 0);

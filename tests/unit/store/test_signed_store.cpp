@@ -195,7 +195,7 @@ TEST(SignedJoin, ForgedJoinRecordsAreNeverActedOn) {
     const std::string forged_membership = "{\"round\":0,\"nodes\":[],\"master_addr\":\"6.6.6.6\"}";
     for (const std::string name : {"result", "zero", "claim/1", "joined/2"}) {
         auto memory = make_memory_store(20s);
-        memory->set(round_key("job", 0, name),
+        memory->set(JobKeys("job").round(0, name),
                     name == "claim/1" ? "{\"agent\":\"x\"}" : forged_membership);
         std::vector<std::expected<RoundMembership, Error>> results(2);
         std::vector<std::thread> threads;

@@ -30,8 +30,8 @@ class StatusPublisher {
     // StoreError when the store fails. Its store operations: one set; node 0 watching
     // stragglers also a check and a get per other node, the others a check and a get
     // of node 0's record (docs/status.md, what it costs).
-    std::vector<Straggler> publish(Store& store, NodeStatus mine,
-                                   StragglerWatch::Clock::time_point now);
+    std::vector<Straggler> tick(Store& store, NodeStatus mine,
+                                StragglerWatch::Clock::time_point now);
 
   private:
     bool watching() const { return m_limits && m_limits->enabled(); }

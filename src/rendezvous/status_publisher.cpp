@@ -1,21 +1,17 @@
 // The status protocol's steps (see status_publisher.hpp).
-#include "ddprun/cluster/status_publisher.hpp"
+#include "ddprun/rendezvous/status_publisher.hpp"
 
 #include "ddprun/base/logging.hpp"
+#include "ddprun/rendezvous/job_keys.hpp"
 #include "ddprun/store/signed_store.hpp"
 
 namespace ddprun {
 
 std::optional<NodeStatus> read_node_status(Store& store, const std::string& key,
                                            const std::string& run_id) {
-    std::string text;
-    try {
-        if (!store.check({key})) return std::nullopt;
-        text = store.get(key);
-    } catch (const RecordRejected&) {
-        return std::nullopt;  // warned by the store
-    }
-    auto status = parse_node_status(text, run_id);
+    auto text = read_record(store, key);  // a rejected one was warned about by the store
+    if (!text) return std::nullopt;
+    auto status = parse_node_status(*text, run_id);
     if (!status) {
         spdlog::debug("status record {}: {}", key, status.error());
         return std::nullopt;
@@ -33,14 +29,14 @@ std::vector<StragglerWatch::Rate> StatusPublisher::read_rates(Store& store,
     add(mine);
     for (int node = 0; node < mine.nnodes; ++node) {
         if (node == mine.node_rank) continue;
-        auto theirs = read_node_status(store, status_key(m_run_id, node), m_run_id);
+        auto theirs = read_node_status(store, JobKeys(m_run_id).status(node), m_run_id);
         if (theirs && theirs->round == mine.round && theirs->node_rank == node) add(*theirs);
     }
     return rates;
 }
 
-std::vector<Straggler> StatusPublisher::publish(Store& store, NodeStatus mine,
-                                                StragglerWatch::Clock::time_point now) {
+std::vector<Straggler> StatusPublisher::tick(Store& store, NodeStatus mine,
+                                             StragglerWatch::Clock::time_point now) {
     if (mine.round != m_round) {
         m_round = mine.round;
         m_watch = StragglerWatch(m_limits.value_or(StragglerLimits{0, {}}));
@@ -53,11 +49,11 @@ std::vector<Straggler> StatusPublisher::publish(Store& store, NodeStatus mine,
         mine.stragglers = m_watch.current();
         mine.straggler_news = m_watch.news();
     }
-    store.set(status_key(m_run_id, mine.node_rank), to_json(mine, m_run_id));
+    store.set(JobKeys(m_run_id).status(mine.node_rank), to_json(mine, m_run_id));
     if (!watching()) return {};
     std::vector<Straggler> news = mine.straggler_news;
     if (!node_zero) {
-        auto zero = read_node_status(store, status_key(m_run_id, 0), m_run_id);
+        auto zero = read_node_status(store, JobKeys(m_run_id).status(0), m_run_id);
         if (!zero || zero->round != mine.round) return {};
         news = zero->straggler_news;
     }

@@ -1,9 +1,8 @@
-// What the rendezvous protocol (rendezvous.cpp) needs from records.cpp beyond
-// the public records.hpp: the records only the protocol writes and reads
-// (a rank's claim, the "joined" count, the round's result and stop), and the
-// wording of the messages both build, so that the whole wire format, and every
-// piece of JSON, stays in records.cpp. Not installed: nothing outside
-// libddprun depends on it.
+// The records only the protocol's conversations write and read, beyond the
+// public records.hpp: a rank's claim, the "joined" count, the round's result and
+// stop, the outcomes and progress nodes share, an elastic job's events, answers
+// and state; and the wording of the messages they build. Their JSON is written
+// and read in records/ alone, so that the whole wire format stays in one folder.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +13,7 @@
 
 #include "ddprun/records/records.hpp"
 
-namespace ddprun::detail {
+namespace ddprun::wire {
 
 // Messages: one line each, with the values quoted and shortened.
 std::string quote_value(std::string_view text);
@@ -130,4 +129,4 @@ std::expected<ElasticState, std::string> parse_state(std::string_view text);
 // agents of two jobs that reach one store never act on each other's rounds.
 StopEvent parse_stop(std::string_view text, const std::string& key, const std::string& run_id);
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::wire

@@ -3,7 +3,8 @@
 // once; and the counted store the agent's /metrics reads (store_counts.hpp).
 #include <gtest/gtest.h>
 
-#include "ddprun/cluster/status_publisher.hpp"
+#include "ddprun/rendezvous/job_keys.hpp"
+#include "ddprun/rendezvous/status_publisher.hpp"
 #include "ddprun/store/signed_store.hpp"
 #include "ddprun/store/store_counts.hpp"
 #include "support/memory_store.hpp"
@@ -34,28 +35,28 @@ TEST(StatusPublisher, NodeZeroNamesAStragglerAndEveryNodeLearnsItOnce) {
     StatusPublisher one("job", StragglerLimits{0.5, 10s});
     const Clock::time_point t0{};
     // Node 1 first, so that node 0 reads its rates.
-    EXPECT_TRUE(one.publish(*store, record(1, 1), t0).empty());
-    EXPECT_TRUE(zero.publish(*store, record(0, 1), t0).empty());
-    EXPECT_TRUE(one.publish(*store, record(1, 1), t0 + 10s).empty());
-    auto named = zero.publish(*store, record(0, 1), t0 + 10s);
+    EXPECT_TRUE(one.tick(*store, record(1, 1), t0).empty());
+    EXPECT_TRUE(zero.tick(*store, record(0, 1), t0).empty());
+    EXPECT_TRUE(one.tick(*store, record(1, 1), t0 + 10s).empty());
+    auto named = zero.tick(*store, record(0, 1), t0 + 10s);
     ASSERT_EQ(named.size(), 1u);
     EXPECT_EQ(named[0].rank, 3);
     EXPECT_EQ(named[0].node_rank, 1);
     EXPECT_FALSE(named[0].recovered);
-    auto learnt = one.publish(*store, record(1, 1), t0 + 11s);
+    auto learnt = one.tick(*store, record(1, 1), t0 + 11s);
     ASSERT_EQ(learnt.size(), 1u);
     EXPECT_EQ(learnt[0], named[0]);
-    EXPECT_TRUE(one.publish(*store, record(1, 1), t0 + 12s).empty()) << "once";
+    EXPECT_TRUE(one.tick(*store, record(1, 1), t0 + 12s).empty()) << "once";
     // Node 0's record carries it for `ddprun status`.
-    auto zero_record = read_node_status(*store, status_key("job", 0), "job");
+    auto zero_record = read_node_status(*store, JobKeys("job").status(0), "job");
     ASSERT_TRUE(zero_record);
     ASSERT_EQ(zero_record->stragglers.size(), 1u);
     // Recovered: named again, as recovered, on both.
-    one.publish(*store, record(1, 10), t0 + 13s);
-    auto recovered = zero.publish(*store, record(0, 10), t0 + 13s);
+    one.tick(*store, record(1, 10), t0 + 13s);
+    auto recovered = zero.tick(*store, record(0, 10), t0 + 13s);
     ASSERT_EQ(recovered.size(), 1u);
     EXPECT_TRUE(recovered[0].recovered);
-    auto learnt_again = one.publish(*store, record(1, 10), t0 + 14s);
+    auto learnt_again = one.tick(*store, record(1, 10), t0 + 14s);
     ASSERT_EQ(learnt_again.size(), 1u);
     EXPECT_TRUE(learnt_again[0].recovered);
 }
@@ -66,29 +67,29 @@ TEST(StatusPublisher, AnotherRoundsOrAnUnsignedRecordIsLeftOut) {
     auto store = sign_store(raw->clone(), secret);
     StatusPublisher zero("job", StragglerLimits{0.5, 0s});
     // Node 1's record of another round, then one nobody signed: neither is read.
-    store->set(status_key("job", 1), to_json(record(1, 1, 5), "job"));
-    EXPECT_TRUE(zero.publish(*store, record(0, 1), Clock::time_point{}).empty());
-    raw->set(status_key("job", 1), to_json(record(1, 1), "job"));
-    EXPECT_TRUE(zero.publish(*store, record(0, 1), Clock::time_point{} + 1s).empty());
-    store->set(status_key("job", 1), to_json(record(1, 1), "job"));
-    EXPECT_EQ(zero.publish(*store, record(0, 1), Clock::time_point{} + 2s).size(), 1u);
+    store->set(JobKeys("job").status(1), to_json(record(1, 1, 5), "job"));
+    EXPECT_TRUE(zero.tick(*store, record(0, 1), Clock::time_point{}).empty());
+    raw->set(JobKeys("job").status(1), to_json(record(1, 1), "job"));
+    EXPECT_TRUE(zero.tick(*store, record(0, 1), Clock::time_point{} + 1s).empty());
+    store->set(JobKeys("job").status(1), to_json(record(1, 1), "job"));
+    EXPECT_EQ(zero.tick(*store, record(0, 1), Clock::time_point{} + 2s).size(), 1u);
 }
 
 TEST(StatusPublisher, WithoutStragglersOneWriteAndNothingElse) {
     auto counts = std::make_shared<StoreCounts>();
     auto store = count_store(make_memory_store(1s), counts);
     StatusPublisher one("job", std::nullopt);
-    EXPECT_TRUE(one.publish(*store, record(1, 1), Clock::time_point{}).empty());
+    EXPECT_TRUE(one.tick(*store, record(1, 1), Clock::time_point{}).empty());
     EXPECT_EQ(counts->requests, 1);
     StatusPublisher zero("job", std::nullopt);
-    zero.publish(*store, record(0, 1), Clock::time_point{});
+    zero.tick(*store, record(0, 1), Clock::time_point{});
     EXPECT_EQ(counts->requests, 2) << "node 0 reads nobody when it watches nothing";
     // Watching: node 0 reads node 1's record (a check and a get), node 1 node 0's.
     StatusPublisher watching_zero("job", StragglerLimits{});
-    watching_zero.publish(*store, record(0, 1), Clock::time_point{});
+    watching_zero.tick(*store, record(0, 1), Clock::time_point{});
     EXPECT_EQ(counts->requests, 5);
     StatusPublisher watching_one("job", StragglerLimits{});
-    watching_one.publish(*store, record(1, 1), Clock::time_point{});
+    watching_one.tick(*store, record(1, 1), Clock::time_point{});
     EXPECT_EQ(counts->requests, 8);
 }
 
