@@ -62,9 +62,8 @@ class StoreCluster final : public Cluster {
     // A join whose answer no longer matters. An elastic join ends at its next wait slice
     // once cancelled, so its thread is joined as usual; a fixed-size one may block in a
     // store call as long as its timeout (c10d cannot cancel it), so it is abandoned, with
-    // the Coordinator's threads, to the process's exit. (Abandoning an elastic join let
-    // its thread read the deleted Coordinator: SIGSEGV on a stop signal while joining,
-    // found by stress.sh.)
+    // the Coordinator's threads, to the process's exit. (An abandoned elastic join would
+    // read the Coordinator after it was freed: a crash on a stop signal while joining.)
     void drop_join() {
         if (m_ctx.config.elastic() && !m_coordinator->store_stalled())
             m_coordinator->cancel_join();

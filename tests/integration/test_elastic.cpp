@@ -166,7 +166,7 @@ class ElasticTest : public MultiNodeTest {
             20s);
     }
 
-    // The job's secret (issue 14) in a file of mode 0600, for every agent.
+    // The job's secret in a file of mode 0600, for every agent.
     void give_secret(Job& job) const {
         const std::string file = m_dir + "/secret";
         write_text_file(file, "0123456789abcdef0123456789abcdef", 0600);
@@ -373,7 +373,7 @@ TEST_P(ElasticBackendTest, ASecondSignalKillsTheLeavingNodesWorkersAtOnceAndOnly
     EXPECT_EQ(rounds().size(), 1u);
     for (std::size_t i : {0u, 1u}) {
         // Once the re-forming stop reached it (its worker got SIGTERM): a signal before
-        // would make this node leave too (found by CI).
+        // would make this node leave too.
         ASSERT_TRUE(agents[i]->wait_for_output("got SIGTERM", 10s)) << stderr_of(agents);
         // One at a time: two signals pending at once are one.
         agents[i]->send_signal(SIGTERM);
@@ -733,7 +733,7 @@ TEST_P(ElasticBackendTest, PytorchTrainingGoesOnAcrossAScaleUpAndAScaleDown) {
         << describe_all(r);
 }
 
-// --- a job secret (issue 14): records a stray client forges -------------------
+// --- a job secret: records a stray client forges ------------------------------
 
 // A forged "the job has ended" would send a newcomer home with 0: with a secret it is
 // one line naming the key, 75, and the job goes on.

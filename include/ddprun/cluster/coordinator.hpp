@@ -165,14 +165,14 @@ class Coordinator {
     void abandon();
     // The agent was killed (its supervisor or its --hosts link is gone): what it still
     // publishes is best effort, and its end waits at most k_killed_bound for the threads
-    // that call the store (a store whose host died too costs reconnects: issue 31).
+    // that call the store (a store whose host died too costs reconnects on each call).
     void leave_at_once() { m_at_once = true; }
     // Ends `coordinator`: destroyed once its threads return, or, if one stays blocked in
     // a store call past k_settle_bound, abandoned with its threads to the process's exit.
     // Never freed under them: a call that returns late finds the object it uses still
     // there, sees that it was abandoned, and its thread returns without reaching the
-    // agent. (Freeing it let a heartbeat whose call timed out just after the bound read
-    // the deleted Coordinator: SIGSEGV on a partitioned elastic node, found by CI.)
+    // agent. (Freed, it would be read by a heartbeat whose call timed out just after the
+    // bound: a crash on a partitioned elastic node.)
     static void retire(std::unique_ptr<Coordinator> coordinator);
     // The join in progress (elastic) no longer matters: it returns at its next wait.
     void cancel_join() { m_join_cancelled = true; }
@@ -204,8 +204,8 @@ class Coordinator {
     struct Beat;
     // How long a thread whose store is gone (not frozen) may take to fail its call: the
     // plugin's reconnect window (1 s, which c10d counts in whole seconds) and a reply.
-    // Abandoning such a thread let it post to the agent's loop after it was gone: SIGSEGV
-    // of a thawed agent, found by stress.sh.
+    // An abandoned thread of that kind would post to the agent's loop after it was gone:
+    // a crash of a thawed agent.
     static constexpr std::chrono::milliseconds k_settle_bound{3000};
     static constexpr std::chrono::milliseconds k_killed_bound{1000};  // leave_at_once()
     // True when the threads that call the store (watcher, heartbeat, operations,

@@ -1,4 +1,4 @@
-// SignedStore: the job secret's guard over any Store (issue 14). Anyone who can
+// SignedStore: the job secret's guard over any Store. Anyone who can
 // reach the rendezvous port can write the job's keys, and a well-formed forged
 // record is worse than garbage (a forged "every node finished" would be a false
 // success). With a secret, every record an agent writes carries an
