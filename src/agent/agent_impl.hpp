@@ -27,6 +27,8 @@
 #include "ddprun/hang/uninterruptible.hpp"
 #include "ddprun/metrics/metrics_server.hpp"
 #include "ddprun/workers/health_check.hpp"
+#include "lifeline_link.hpp"
+#include "uninterruptible_guard.hpp"
 
 namespace ddprun {
 
@@ -195,11 +197,8 @@ struct Agent::Impl {
 
     // --lifeline (agent_lifeline.cpp): the --hosts launcher's link, on stdin, read from
     // the start to the end: "signal N" lines act as signal N, its end kills everything.
-    std::optional<asio::posix::stream_descriptor> lifeline;
-    LifelineReader lifeline_reader;
-    std::array<char, 4096> lifeline_buffer{};
+    std::optional<LifelineLink> lifeline;
     void watch_lifeline();
-    void read_lifeline();
     void on_lifeline_message(const LifelineMessage& message);
 
     // Hangs (agent_hang.cpp). With --hang-timeout a timer looks at the workers'
@@ -238,11 +237,8 @@ struct Agent::Impl {
     // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT (agent_uninterruptible.cpp): while a round
     // runs, a timer looks at the workers' states; one in D for the timeout gives the round up
     // on every node (exit kUnhealthy), no restart.
-    std::optional<UninterruptibleSetting> uninterruptible;  // read at the first round
-    std::optional<UninterruptibleWatch> d_state_watch;
-    std::unique_ptr<asio::steady_timer> d_state_timer;
+    UninterruptibleGuard d_state{io};
     void watch_uninterruptible();  // at the round's start
-    void look_for_uninterruptible();
 };
 
 }  // namespace ddprun

@@ -14,11 +14,11 @@
 
 #include "agent_impl.hpp"
 #include "ddprun/base/logging.hpp"
+#include "lifeline_link.hpp"
 
 namespace ddprun {
 
-void Agent::Impl::watch_lifeline() {
-    if (!ctx.config.lifeline) return;
+void LifelineLink::start() {
     // A copy of its own: the loop makes it non-blocking, and no worker inherits it (they
     // get /dev/null as stdin).
     const int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
@@ -27,30 +27,36 @@ void Agent::Impl::watch_lifeline() {
                                 "--lifeline: fcntl(stdin, F_DUPFD_CLOEXEC)");
     // Not a pipe or socket (a file, /dev/null): epoll cannot wait on it, but reading it
     // never blocks either, so the loop just reads it (to its end, which is the link's).
-    lifeline.emplace(io, fd);
-    read_lifeline();
+    m_link.emplace(m_io, fd);
+    read();
 }
 
-void Agent::Impl::read_lifeline() {
-    lifeline->async_read_some(
-        asio::buffer(lifeline_buffer), [this](boost::system::error_code ec, std::size_t n) {
+void LifelineLink::read() {
+    m_link->async_read_some(
+        asio::buffer(m_buffer), [this](boost::system::error_code ec, std::size_t n) {
             if (ec == asio::error::operation_aborted) return;
             if (ec) {
-                const std::string how =
-                    ec == asio::error::eof ? std::string() : " (" + ec.message() + ")";
-                lifeline.reset();
-                return kill_everywhere(
-                    fmt::format("the --hosts launcher's link closed{} (its ssh connection or "
-                                "the launcher is gone)",
-                                how),
-                    fmt::format("node {} ({}) lost its link to the --hosts launcher (its ssh "
-                                "connection or the launcher is gone)",
-                                node_rank, ctx.host));
+                m_link.reset();
+                return m_on_end(ec == asio::error::eof ? std::string() : " (" + ec.message() + ")");
             }
-            for (const auto& message : lifeline_reader.feed({lifeline_buffer.data(), n}))
-                on_lifeline_message(message);
-            read_lifeline();
+            for (const auto& message : m_reader.feed({m_buffer.data(), n})) m_on_message(message);
+            read();
         });
+}
+
+void Agent::Impl::watch_lifeline() {
+    if (!ctx.config.lifeline) return;
+    lifeline.emplace(
+        io, [this](const LifelineMessage& message) { on_lifeline_message(message); },
+        [this](const std::string& how) {
+            kill_everywhere(fmt::format("the --hosts launcher's link closed{} (its ssh "
+                                        "connection or the launcher is gone)",
+                                        how),
+                            fmt::format("node {} ({}) lost its link to the --hosts launcher "
+                                        "(its ssh connection or the launcher is gone)",
+                                        node_rank, ctx.host));
+        });
+    lifeline->start();
 }
 
 void Agent::Impl::on_lifeline_message(const LifelineMessage& message) {
