@@ -122,8 +122,7 @@ Status Agent::Impl::host_worker_store(const RoundInfo& info) {
 RoundResult Agent::Impl::run_round(const RoundInfo& info) {
     phase = Phase::Running;
     stop_signal = 0;
-    started_at.clear();
-    barrier_entered.reset();
+    events.round_begins();
     if (hang_stop && hang_stop->capture.joinable()) hang_stop->capture.join();
     hang_stop.reset();
     watch_progress();
@@ -140,10 +139,10 @@ RoundResult Agent::Impl::run_round(const RoundInfo& info) {
         log_round_stop();
         kill_now();
     } else if (stop_event && stop_event->kind != StopEvent::Kind::Done) {
-        log_workers_started();
+        events.workers_started(round, workers.running_workers());
         begin_stop(SIGTERM);  // another node failed while this one was still starting
     } else {
-        log_workers_started();
+        events.workers_started(round, workers.running_workers());
         watch_hangs();
         watch_uninterruptible();
     }
@@ -214,7 +213,7 @@ int Agent::Impl::report_failure(const std::string& title, std::optional<int> job
 void Agent::Impl::on_child_exit(pid_t pid, int status) {
     auto outcome = workers.on_exit(pid, status);
     if (!outcome) return;  // an orphan reparented to the agent; swept at the end of the round
-    log_worker_end(*outcome);
+    events.worker_ended(round, *outcome);
     count_exit(*outcome);
     hang_monitor.exited(outcome->rank);
     dump_exited(pid);
@@ -229,7 +228,7 @@ void Agent::Impl::on_child_exit(pid_t pid, int status) {
     if (workers.running() == 0 && stop_signal != 0) remove_scratch_dir(ctx.scratch_dir);
     // This node is done; the cluster decides when the round is (the exit barrier).
     if (workers.running() == 0 && phase == Phase::Running) {
-        log_barrier_entered();  // first: a single node's cluster answers with the stop at once
+        events.barrier_entered(round);  // first: a single node's cluster answers at once
         cluster->publish_finished();
     }
     finish_round_if_done();
@@ -326,7 +325,7 @@ int Agent::run() {
         if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw std::runtime_error("signal(SIGPIPE)");
         // Read from the first phase on: a launcher may be gone before the nodes ever meet.
         impl.watch_lifeline();
-        impl.log_job_start();
+        impl.events.job_start(impl.ctx, impl.node_rank);
 
         if (auto failed = impl.serve_metrics()) return impl.job_end(*failed);
         if (auto failed = impl.open()) return impl.job_end(*failed);
@@ -359,9 +358,7 @@ int Agent::Impl::run_rounds() {
         round = info->round;
         last_round = *info;
         restart_decided = false;
-        ++rounds_run;
-        events.set_node_rank(node_rank);
-        events.write("round", [&] { return round_event(*info); });
+        events.round(*info, node_rank);
         const bool restarts_left = info->restart_count < max_restarts;
         RoundResult result = run_round(*info);
         // Decided before end_round: the store's host may leave after it.

@@ -3,58 +3,76 @@
 // that agent.cpp reads as the decisions it makes, with one call where each is logged.
 #include <unistd.h>
 
+#include "agent_event_log.hpp"
 #include "agent_impl.hpp"
 
 namespace ddprun {
 
-void Agent::Impl::log_job_start() {
+void AgentEventLog::job_start(const LaunchContext& ctx, int node_rank) {
     if (ctx.config.event_log.empty()) return;
-    events.open(ctx.config.event_log, ctx.host);
-    events.set_node_rank(node_rank);
-    events.write("job_start", [&] { return job_start_event(ctx, ::getpid()); });
+    m_log.open(ctx.config.event_log, ctx.host);
+    m_log.set_node_rank(node_rank);
+    m_log.write("job_start", [&] { return job_start_event(ctx, ::getpid()); });
 }
 
-void Agent::Impl::log_workers_started() {
-    if (!events.enabled()) return;
-    const auto now = std::chrono::steady_clock::now();
-    for (const auto& worker : workers.running_workers()) {
-        started_at[worker.pid] = now;
-        events.write("worker_start", [&] { return worker_start_event(round, worker); });
+void AgentEventLog::round(const RoundInfo& info, int node_rank) {
+    ++m_rounds_run;
+    m_log.set_node_rank(node_rank);
+    m_log.write("round", [&] { return round_event(info); });
+}
+
+void AgentEventLog::round_begins() {
+    m_started_at.clear();
+    m_barrier_entered.reset();
+}
+
+void AgentEventLog::workers_started(int round, const std::vector<WorkerGroup::Running>& workers) {
+    if (!enabled()) return;
+    const auto now = Clock::now();
+    for (const auto& worker : workers) {
+        m_started_at[worker.pid] = now;
+        m_log.write("worker_start", [&] { return worker_start_event(round, worker); });
     }
 }
 
-void Agent::Impl::log_worker_end(const WorkerOutcome& outcome) {
-    events.write("worker_end", [&] {
-        auto started = started_at.find(static_cast<pid_t>(outcome.pid));
-        const auto ran = started == started_at.end()
-                             ? std::chrono::nanoseconds(0)
-                             : std::chrono::steady_clock::now() - started->second;
+void AgentEventLog::worker_ended(int round, const WorkerOutcome& outcome) {
+    m_log.write("worker_end", [&] {
+        auto started = m_started_at.find(static_cast<pid_t>(outcome.pid));
+        const auto ran = started == m_started_at.end() ? std::chrono::nanoseconds(0)
+                                                       : Clock::now() - started->second;
         return worker_end_event(round, outcome, ran);
     });
 }
 
-void Agent::Impl::log_barrier_entered() {
-    barrier_entered = std::chrono::steady_clock::now();  // --metrics-port's too
-    if (!events.enabled()) return;
-    events.write("exit_barrier", [&] { return exit_barrier_event(round, std::nullopt); });
+void AgentEventLog::barrier_entered(int round) {
+    m_barrier_entered = Clock::now();
+    m_log.write("exit_barrier", [&] { return exit_barrier_event(round, std::nullopt); });
+}
+
+std::optional<std::chrono::duration<double>> AgentEventLog::round_stopped(int round,
+                                                                          const StopEvent& stop,
+                                                                          int node_rank) {
+    std::optional<std::chrono::duration<double>> in_barrier;
+    if (m_barrier_entered) in_barrier = Clock::now() - *m_barrier_entered;
+    m_log.write("stop", [&] { return round_stop_event(round, stop, node_rank); });
+    if (m_barrier_entered)
+        m_log.write("exit_barrier",
+                    [&] { return exit_barrier_event(round, Clock::now() - *m_barrier_entered); });
+    return in_barrier;
+}
+
+int AgentEventLog::job_end(int exit_code, int restarts, const std::optional<StopEvent>& stop) {
+    m_log.write("job_end", [&] { return job_end_event(exit_code, m_rounds_run, restarts, stop); });
+    return exit_code;
 }
 
 void Agent::Impl::log_round_stop() {
-    if (barrier_entered)
-        last_barrier_seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - *barrier_entered)
-                .count();
-    events.write("stop", [&] { return round_stop_event(round, *stop_event, node_rank); });
-    if (barrier_entered)
-        events.write("exit_barrier", [&] {
-            return exit_barrier_event(round, std::chrono::steady_clock::now() - *barrier_entered);
-        });
+    if (auto in_barrier = events.round_stopped(round, *stop_event, node_rank))
+        last_barrier_seconds = in_barrier->count();
 }
 
 int Agent::Impl::job_end(int exit_code) {
-    events.write("job_end",
-                 [&] { return job_end_event(exit_code, rounds_run, restart_count(), stop_event); });
-    return exit_code;
+    return events.job_end(exit_code, restart_count(), stop_event);
 }
 
 }  // namespace ddprun

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent_event_log.hpp"
 #include "ddprun/agent/agent.hpp"
 #include "ddprun/base/ports.hpp"
 #include "ddprun/base/signal_reader.hpp"
@@ -108,16 +109,8 @@ struct Agent::Impl {
     std::optional<int> check_health();  // an exit code where this node stays out
     std::string describe_node() const;  // "node 1 (gpu02)", or the host before a rank
 
-    // --event-log (agent_events.cpp, event_log.hpp): off without it, and then nothing
-    // below is filled and each log_* returns at once.
-    EventLog events;
-    int rounds_run = 0;
-    std::map<pid_t, std::chrono::steady_clock::time_point> started_at;  // this round's workers
-    std::optional<std::chrono::steady_clock::time_point> barrier_entered;
-    void log_job_start();  // opens the log first
-    void log_workers_started();
-    void log_worker_end(const WorkerOutcome& outcome);
-    void log_barrier_entered();
+    // --event-log (agent_events.cpp, agent_event_log.hpp).
+    AgentEventLog events;
     void log_round_stop();       // stop_event, just set; and the barrier left, if entered
     int job_end(int exit_code);  // writes the job's end to the event log; returns exit_code
 
