@@ -21,10 +21,11 @@
 //    store's host starts, wrong once a store answered there (its host is gone;
 //    ddprun never restarts a store), so a reconnect gets k_reconnect_window;
 //  - it logs through glog to stderr, between ddprun's own one-line messages.
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <ddprun/base/duration_text.hpp>
+#include <ddprun/base/tcp_connect.hpp>
 #include <ddprun/base/text.hpp>
 #include <ddprun/store/store.hpp>
 
@@ -39,6 +40,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -50,6 +52,7 @@
 
 namespace {
 
+using ddprun::duration_text;
 using ddprun::StoreError;
 using Kind = StoreError::Kind;
 
@@ -87,12 +90,6 @@ std::string describe_keys(const std::vector<std::string>& keys) {
     std::string text = "'" + keys.front() + "'";
     if (keys.size() > 1) text += " and " + std::to_string(keys.size() - 1) + " more";
     return text;
-}
-
-std::string seconds_text(std::chrono::milliseconds timeout) {
-    auto ms = timeout.count();
-    if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-    return std::to_string(ms) + "ms";
 }
 
 bool contains(std::string_view text, std::string_view word) {
@@ -162,6 +159,47 @@ void use_the_classic_server(Options& options) {
     if constexpr (requires { options.useLibUV; }) options.useLibUV = false;
 }
 
+// Whether this libtorch's server takes a listening socket its caller made
+// (TCPStoreOptions::masterListenFd, torch 2.x). A template, as use_the_classic_server.
+template <class Options>
+constexpr bool k_takes_a_listening_socket = requires(Options& options) {
+    options.masterListenFd;
+};
+
+// What a user reads when the store cannot be hosted on `port`.
+[[noreturn]] void throw_cannot_host(int port, bool port_in_use, const std::string& why) {
+    if (port_in_use) {
+        throw StoreError(Kind::Other, "cannot host the rendezvous store: port " +
+                                          std::to_string(port) +
+                                          " is already in use on this host; " + k_port_hint);
+    }
+    throw StoreError(Kind::Other, "cannot host the rendezvous store on port " +
+                                      std::to_string(port) + ": " + why);
+}
+
+// Where the libtorch takes one, c10d's server gets a listening socket made here, so that
+// every connection it accepts waits at most k_request_gap for a request's rest
+// (server_sockets.hpp). Throws StoreError where the port cannot be listened on, always:
+// torch 2.x's own bind ignores a taken port where TORCHELASTIC_USE_AGENT_STORE is set
+// and MASTER_PORT names it, and its store is then a client of whatever listens there.
+template <class Options>
+void listen_for_the_server(Options& options) {
+    if constexpr (k_takes_a_listening_socket<Options>) {
+        auto listener = ddprun_plugin::listen_for_store(options.port, ddprun_plugin::k_request_gap);
+        if (!listener) {
+            throw_cannot_host(options.port, listener.error().error == EADDRINUSE,
+                              listener.error().what);
+        }
+        // c10d checks that the socket is bound to options.port: port 0's choice.
+        options.port = static_cast<std::uint16_t>(listener->port);
+        // c10d's server owns it from here and closes it, when the TCPStore fails too: with
+        // the classic server nothing before Socket::listenFromFd throws, and that wraps it
+        // at once (after a getsockname, which cannot fail on a socket bound here). So it is
+        // never closed here.
+        options.masterListenFd = listener->fd.release();
+    }
+}
+
 c10d::TCPStoreOptions tcp_options(int port, bool is_server, std::chrono::milliseconds timeout) {
     c10d::TCPStoreOptions options;
     options.port = static_cast<std::uint16_t>(port);
@@ -187,10 +225,12 @@ class TcpStore final : public ddprun::Store {
         }
         std::lock_guard lock(m_mutex);
         connected(m_timeout);
-        // A connection that completed before the listening socket had its timeout was
-        // queued ahead of this client's, so the server has accepted it by now (one queue,
-        // first come first served): it gets the timeout here.
-        if (m_server) ddprun_plugin::bound_server_reads(m_port, ddprun_plugin::k_request_gap);
+        // Where c10d made the listening socket, a connection that completed before it had
+        // its timeout was queued ahead of this client's, so the server has accepted it by
+        // now (one queue, first come first served): it gets the timeout here.
+        if constexpr (!k_takes_a_listening_socket<c10d::TCPStoreOptions>) {
+            if (m_server) ddprun_plugin::bound_server_reads(m_port, ddprun_plugin::k_request_gap);
+        }
     }
 
     ~TcpStore() override {
@@ -278,30 +318,26 @@ class TcpStore final : public ddprun::Store {
     }
 
   private:
+    // No client may hold the store by stopping halfway through a request
+    // (server_sockets.hpp).
     void start_server() {
+        auto options = tcp_options(m_port, true, m_timeout);
+        listen_for_the_server(options);
         try {
-            m_server =
-                std::make_unique<c10d::TCPStore>(k_loopback, tcp_options(m_port, true, m_timeout));
+            m_server = std::make_unique<c10d::TCPStore>(k_loopback, options);
         } catch (...) {
             auto [kind, message] = classify_current_exception();
-            if (contains(message, "Address already in use")) {
-                throw StoreError(Kind::Other, "cannot host the rendezvous store: port " +
-                                                  std::to_string(m_port) +
-                                                  " is already in use on this host; " +
-                                                  k_port_hint);
-            }
-            throw StoreError(Kind::Other, "cannot host the rendezvous store on port " +
-                                              std::to_string(m_port) + ": " + message);
+            throw_cannot_host(m_port, contains(message, "Address already in use"), message);
         }
         // Port 0 asks the system for a free one; later connections need the real one.
         m_port = m_server->getPort();
-        // No client may hold the store by stopping halfway through a request
-        // (server_sockets.hpp).
+        if constexpr (k_takes_a_listening_socket<c10d::TCPStoreOptions>) return;
+        // The descriptor scan, only for a libtorch without masterListenFd (1.13), whose
+        // server makes its listening socket itself.
         if (ddprun_plugin::bound_server_reads(m_port, ddprun_plugin::k_request_gap).listening == 0)
-            throw StoreError(Kind::Other, "cannot host the rendezvous store on port " +
-                                              std::to_string(m_port) +
-                                              ": its listening socket is not among this "
-                                              "process's descriptors (is /proc mounted?)");
+            throw_cannot_host(m_port, false,
+                              "its listening socket is not among this process's descriptors "
+                              "(is /proc mounted?)");
     }
 
     // Returns once a c10d store answers at m_host:m_port, or when nothing accepts
@@ -311,35 +347,20 @@ class TcpStore final : public ddprun::Store {
     // a bound, or die of the reset on its own thread (std::terminate).
     void probe_store(std::chrono::milliseconds connect_window,
                      std::chrono::milliseconds answer_within) {
-        const auto deadline = std::chrono::steady_clock::now() + connect_window;
-        addrinfo hints{};
-        hints.ai_socktype = SOCK_STREAM;
-        addrinfo* found = nullptr;
-        if (::getaddrinfo(m_host.c_str(), std::to_string(m_port).c_str(), &hints, &found) != 0)
+        // Each attempt as long as the kernel tries, as c10d's own connect.
+        auto fd = ddprun::connect_tcp(m_host, m_port, std::nullopt, connect_window);
+        if (!fd && fd.error() == ddprun::ConnectFailure::Unresolved)
             return;  // c10d reports the bad host
-        int fd = -1;
-        for (;;) {
-            for (addrinfo* ai = found; ai && fd < 0; ai = ai->ai_next) {
-                fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-                if (fd >= 0 && ::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-                    ::close(fd);
-                    fd = -1;
-                }
-            }
-            if (fd >= 0 || std::chrono::steady_clock::now() >= deadline) break;
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-        ::freeaddrinfo(found);
-        if (fd < 0) {
+        if (!fd) {
             // c10d would try again for as long, one attempt a second.
             const std::string within =
-                connect_window.count() > 0 ? " within " + seconds_text(connect_window) : "";
+                connect_window.count() > 0 ? " within " + duration_text(connect_window) : "";
             throw StoreError(Kind::Connection,
                              "cannot connect to the rendezvous store at " + endpoint() + within +
                                  " (nothing accepts connections there: is its host up?)");
         }
-        auto unanswered = check_answers(fd, answer_within);
-        ::close(fd);
+        auto unanswered = check_answers(fd->get(), answer_within);
+        fd->reset();
         if (!unanswered) {
             m_known_store = true;
         } else if (m_known_store) {
@@ -396,7 +417,7 @@ class TcpStore final : public ddprun::Store {
                    static_cast<int>(std::clamp<std::int64_t>(answer_within.count(), 1, INT32_MAX)));
         if (ready == 0)
             return Unanswered{true, "it accepted the connection but did not answer within " +
-                                        seconds_text(answer_within)};
+                                        duration_text(answer_within)};
         std::uint8_t answer = 0xff;
         ssize_t got = ready < 0 ? -1 : ::recv(fd, &answer, 1, 0);
         if (got < 0)
@@ -430,7 +451,7 @@ class TcpStore final : public ddprun::Store {
             auto [kind, message] = classify_current_exception();
             throw StoreError(Kind::Connection,
                              "cannot connect to the rendezvous store at " + endpoint() +
-                                 " within " + seconds_text(c10d_window) + " (" + message + ")");
+                                 " within " + duration_text(c10d_window) + " (" + message + ")");
         }
         m_client->setTimeout(m_timeout);
         return *m_client;
@@ -456,7 +477,7 @@ class TcpStore final : public ddprun::Store {
             auto [kind, message] = classify_current_exception();
             std::string prefix = std::string("rendezvous store at ") + endpoint() + ": ";
             if (kind == Kind::Timeout) {
-                throw StoreError(kind, prefix + "timed out after " + seconds_text(m_timeout) +
+                throw StoreError(kind, prefix + "timed out after " + duration_text(m_timeout) +
                                            " trying to " + operation + " '" + key + "'");
             }
             if (kind == Kind::Connection) {
@@ -491,7 +512,7 @@ class TcpStore final : public ddprun::Store {
     [[noreturn]] void throw_wait_timeout(const std::vector<std::string>& keys,
                                          std::chrono::milliseconds timeout) {
         throw StoreError(Kind::Timeout, "rendezvous store at " + endpoint() + ": timed out after " +
-                                            seconds_text(timeout) + " waiting for " +
+                                            duration_text(timeout) + " waiting for " +
                                             describe_keys(keys));
     }
 

@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/base/duration_text.hpp"
 #include "etcd_tls.hpp"
 #include "store/etcd_answers.hpp"
 
@@ -300,7 +301,7 @@ EtcdTransport::Answer BeastTransport::post(const std::string& path, const std::s
         return answer;
     }
     throw StoreError(StoreError::Kind::Connection,
-                     fmt::format("no etcd member answered within {} ms ({})", m_timeout.count(),
+                     fmt::format("no etcd member answered within {} ({})", duration_text(m_timeout),
                                  errors.empty() ? "timed out" : errors));
 }
 

@@ -1691,9 +1691,9 @@ INSTANTIATE_TEST_SUITE_P(Reliability, StrayStoreClient,
 
 // A client of the store stopped halfway through a request for longer than heartbeat_timeout
 // (an agent SIGSTOPped, or cut off, between two of its writes: c10d 1.13's client writes a
-// request in several). c10d's server waited for the rest and served nobody else, so every
-// agent ended 75 "the rendezvous store stopped answering" (the chaos soak, seed 2706);
-// the plugin's bound on that wait drops the stalled connection and the job goes on.
+// request in several). c10d's server waits for the rest and serves nobody else, so every
+// agent would end 75 "the rendezvous store stopped answering"; the plugin's bound on
+// that wait drops the stalled connection and the job goes on.
 TEST_F(RendezvousFaults, AClientStoppedHalfwayThroughARequestDoesNotStopTheJob) {
     if (k_store_client.empty()) GTEST_SKIP() << "built without libtorch: no c10d store";
     auto flags = with_conf({"--shutdown_timeout=300"}, "join_timeout=20,heartbeat_timeout=2");
@@ -1885,10 +1885,11 @@ TEST_F(RendezvousFaults, ElasticNetworkPartitionDropsTheNodeCutOff) {
     EXPECT_FALSE(error_lines(e2.text()).empty()) << all();
 }
 
-// Found by scripts/chaos.sh: a node cut off from the store's host, then every node's
-// supervisor SIGKILLed (a cleanup that kills the ddprun it started, on each node).
-// Node 1's agent, killed, tells the others its end best effort within 1 s; it lingered
-// for read_timeout (60 s here), spinning a CPU in the store's reconnect loop.
+// A node cut off from the store's host, then every node's supervisor SIGKILLed (a
+// cleanup that kills the ddprun it started, on each node). Node 1's agent, killed,
+// tells the others its end best effort within 1 s; were it to wait for the store, it
+// would linger for read_timeout (60 s here), spinning a CPU in the store's reconnect
+// loop.
 TEST_F(RendezvousFaults, AKilledAgentCutOffFromTheStoreLeavesAtOnce) {
     Partition net;
     if (!net.ready()) {

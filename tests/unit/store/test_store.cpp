@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -638,6 +639,61 @@ std::vector<int> server_connections(int port) {
     return found;
 }
 
+// A socket of the store's server: its listening socket or a connection it accepted.
+struct ServerSocket {
+    bool listening = false;
+    std::chrono::microseconds receive_timeout{0};
+};
+
+// Every socket of the store's server on `port` in this process.
+std::vector<ServerSocket> server_sockets(int port) {
+    std::vector<ServerSocket> found;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+        int fd = std::atoi(entry.path().filename().c_str());
+        sockaddr_in6 address{};
+        socklen_t length = sizeof address;
+        int listening = 0;
+        socklen_t option_length = sizeof listening;
+        timeval timeout{};
+        socklen_t timeout_length = sizeof timeout;
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 ||
+            (address.sin6_family != AF_INET && address.sin6_family != AF_INET6) ||
+            ntohs(address.sin6_port) != port ||
+            ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &option_length) != 0 ||
+            ::getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, &timeout_length) != 0)
+            continue;
+        found.push_back({listening != 0, std::chrono::seconds(timeout.tv_sec) +
+                                             std::chrono::microseconds(timeout.tv_usec)});
+    }
+    return found;
+}
+
+// The bound above is a receive timeout on each of the server's connections. On torch 2.x
+// they get it from the listening socket the plugin makes (Linux copies it into every
+// connection accepted), on 1.13 the plugin finds c10d's sockets and sets it.
+TEST_F(StoreTcp, EveryConnectionOfTheServerWaitsASecondAtMostForARequestsRest) {
+    const int port = free_port();
+    auto server = open_server(port);
+    auto client = open_client(port);
+    auto clone = server->clone();
+    client->set("k", "v");
+    EXPECT_EQ(clone->get("k"), "v");
+    auto sockets = server_sockets(port);
+    EXPECT_EQ(std::ranges::count_if(sockets, &ServerSocket::listening), 1);
+    // At least the connections of c10d's own client in the server, of `server`, `client`
+    // and `clone`.
+    EXPECT_GE(std::ranges::count_if(sockets, [](const auto& s) { return !s.listening; }), 4);
+    for (const auto& socket : sockets) {
+        SCOPED_TRACE(socket.listening ? "the listening socket" : "a connection");
+        EXPECT_EQ(socket.receive_timeout, 1s);
+    }
+    clone.reset();
+    client.reset();
+    server.reset();
+    // The server closed them all, the listening socket the plugin made too.
+    EXPECT_EQ(server_sockets(port).size(), 0u);
+}
+
 // The server drops every connection to the store on `port` (as it does one whose client
 // stopped halfway through a request); returns once it has closed them all.
 void drop_server_connections(int port) {
@@ -729,6 +785,34 @@ TEST(StorePluginChild, OpenLoadsLibtorch) {
         // A build without libtorch: nothing loaded, and the user is told why.
         EXPECT_FALSE(libtorch_loaded());
         EXPECT_NE(std::string(error.what()).find("need libtorch"), std::string::npos);
+    }
+}
+
+// torch 2.x's TCPStore ignores a port it cannot bind where TORCHELASTIC_USE_AGENT_STORE
+// is set and MASTER_PORT names the port (torchrun's workers share their agent's store so)
+// and becomes a client of whatever listens there. Where the libtorch takes a listening
+// socket (masterListenFd) the plugin binds the port itself, so an agent started with that
+// environment (under torchrun, say) is still told that its port is taken; on 2.14 it was
+// a client of the other store. 1.13 makes no such exception.
+TEST(StorePlugin, APortInUseIsNamedUnderTorchrunsAgentStoreEnvironment) {
+    if (!tcp_store_available()) GTEST_SKIP() << "built without libtorch";
+    auto [status, output] =
+        run_self("StorePluginChild.PortInUseUnderTorchrunsAgentStoreEnvironment",
+                 fmt::format("TORCHELASTIC_USE_AGENT_STORE=1 MASTER_PORT={}", free_port()));
+    EXPECT_EQ(status, 0) << output;
+    EXPECT_NE(output.find("[  PASSED  ] 1 test"), std::string::npos) << output;
+}
+
+TEST(StorePluginChild, PortInUseUnderTorchrunsAgentStoreEnvironment) {
+    if (!in_child()) GTEST_SKIP() << "runs in a child process";
+    const int port = std::atoi(std::getenv("MASTER_PORT"));
+    auto first = open_server(port);
+    try {
+        auto second = open_server(port);
+        ADD_FAILURE() << "a second server opened: a client of the first";
+    } catch (const StoreError& error) {
+        EXPECT_NE(std::string(error.what()).find("already in use"), std::string::npos)
+            << error.what();
     }
 }
 
