@@ -35,7 +35,8 @@ class LocalCluster final : public Cluster {
         info.master_addr = m_ctx.config.master_addr;
         info.master_port = master_port;
         info.agent_store = m_agent_store;
-        info.restart_count = info.round = round;
+        info.round = round;
+        info.restart_count = fixed_size_restarts(round);
         asio::post(m_io, [done = std::move(done), info] { done(info); });
     }
 

@@ -25,7 +25,6 @@ namespace {
 
 using elastic_shared::answer_key;
 using elastic_shared::k_slice;
-using elastic_shared::timed_out;
 
 // The job's end as its leader published it ("closed"), if it did: the answer every
 // agent still waiting gets, or why the record cannot be read. Throws StoreError.
@@ -112,10 +111,7 @@ std::expected<RoundMembership, Error> ElasticMember::join(
         post(wire::join_event_json(m_agent, m_next_answer, me));
         for (;;) {
             const std::string key = answer_key(m_run_id, m_agent, m_next_answer);
-            try {
-                m_store.wait({key}, k_slice);
-            } catch (const StoreError& error) {
-                if (!timed_out(error)) throw;
+            if (!wait_for(m_store, {key}, k_slice)) {
                 if (cancelled()) return std::unexpected(rendezvous_error("the join was cancelled"));
                 if (m_leader != asked) {
                     // The leader was lost: ask its successor, under a new answer number (a

@@ -28,7 +28,6 @@ using std::chrono::milliseconds;
 using Clock = MembershipPlanner::Clock;
 using elastic_shared::answer_key;
 using elastic_shared::k_slice;
-using elastic_shared::timed_out;
 
 // How long the leader gives waiting agents to read the job's end before its
 // store goes away, and how long a hole in the event queue (an agent killed
@@ -145,15 +144,14 @@ void ElasticLeader::Impl::run() {
                                 milliseconds(1), k_slice);
         const std::string event_key = queue(fmt::format("event/{}", next_event));
         std::optional<std::string> text;
-        try {
-            store->wait({event_key}, slice);
-            text = store->get(event_key);
-        } catch (const RecordRejected&) {
-            ++next_event;  // warned by the store: a forged event is skipped, never acted on
-            gap_since.reset();
-            continue;
-        } catch (const StoreError& error) {
-            if (!timed_out(error)) throw;
+        if (wait_for(*store, {event_key}, slice)) {
+            try {
+                text = store->get(event_key);
+            } catch (const RecordRejected&) {
+                ++next_event;  // warned by the store: a forged event is skipped, never acted on
+                gap_since.reset();
+                continue;
+            }
         }
         now = Clock::now();
         if (text) {

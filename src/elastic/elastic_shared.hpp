@@ -20,8 +20,4 @@ inline std::string answer_key(const std::string& run_id, int agent, int number) 
     return JobKeys(run_id).elastic(fmt::format("answer/{}/{}", agent, number));
 }
 
-inline bool timed_out(const StoreError& error) {
-    return error.kind() == StoreError::Kind::Timeout;
-}
-
 }  // namespace ddprun::elastic_shared

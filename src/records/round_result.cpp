@@ -140,7 +140,7 @@ std::expected<RoundMembership, Error> parse_round_result(std::string_view text,
     read_fingerprint(read, fingerprint);
     read.text("master_addr", membership.master_addr);
     read.integer("master_port", membership.master_port, 0, 65535);
-    membership.restart_count = round;  // a fixed-size job restarts every round
+    membership.restart_count = fixed_size_restarts(round);
     if (read.has("restarts")) read.integer("restarts", membership.restart_count, 0, k_max_int);
     read.text("change", membership.change);
     wire::to_one_line(membership.change);

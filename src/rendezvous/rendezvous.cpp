@@ -263,8 +263,9 @@ std::optional<Error> Rendezvous::collect(int round, const NodeInfo& me) {
     if (std::string mismatch = wire::fingerprint_mismatch(nodes); !mismatch.empty())
         return rendezvous_error("rendezvous: the nodes must run the same job, but " + mismatch);
 
-    m_store.compare_set(key(round, "result"), "",
-                        wire::membership_json(round, nodes, me.fingerprint, round));
+    m_store.compare_set(
+        key(round, "result"), "",
+        wire::membership_json(round, nodes, me.fingerprint, fixed_size_restarts(round)));
     return std::nullopt;
 }
 

@@ -57,6 +57,13 @@ struct RankProgress {
     bool operator==(const RankProgress&) const = default;
 };
 
+// The failure restarts before `round` of a fixed-size job, where every round after
+// the first is a restart (an elastic job's leader counts its own: a re-formed round
+// is none).
+constexpr int fixed_size_restarts(int round) {
+    return round;
+}
+
 // What a successful join decided.
 struct RoundMembership {
     int round = 0;
