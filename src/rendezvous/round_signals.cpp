@@ -25,7 +25,7 @@ RoundSignals::Heard RoundSignals::tick(Store& store, int round, Clock::time_poin
         m_round = round;
         m_kill_heard = false;
         m_signals_seen = 0;
-        m_gap_since = {};
+        m_gap_since.reset();
     }
     Heard heard;
     if (kill && !m_kill_heard) heard.kill = m_kill_heard = heard_kill(store, round);
@@ -53,14 +53,14 @@ std::vector<int> RoundSignals::heard_signals(Store& store, int round, Clock::tim
             m_keys.round(round, fmt::format("signal/{}", m_signals_seen + 1));
         auto text = read_record(store, signal_key);
         if (!text && text.error() == NoRecord::Missing) {
-            if (m_gap_since == Clock::time_point{}) m_gap_since = now;
-            if (now - m_gap_since < m_gap_bound) break;
+            if (!m_gap_since) m_gap_since = now;
+            if (now - *m_gap_since < m_gap_bound) break;
             spdlog::warn("signal {} of round {} was counted but never written; skipping it",
                          m_signals_seen + 1, round);
-            m_gap_since = {};
+            m_gap_since.reset();
             continue;
         }
-        m_gap_since = {};
+        m_gap_since.reset();
         if (!text) continue;  // warned by the store: a forged signal is ignored
         int signal = 0;
         int origin = -1;

@@ -2,7 +2,6 @@
 #include "ddprun/rendezvous/status_publisher.hpp"
 
 #include "ddprun/base/logging.hpp"
-#include "ddprun/rendezvous/job_keys.hpp"
 #include "ddprun/store/signed_store.hpp"
 
 namespace ddprun {
@@ -29,7 +28,7 @@ std::vector<StragglerWatch::Rate> StatusPublisher::read_rates(Store& store,
     add(mine);
     for (int node = 0; node < mine.nnodes; ++node) {
         if (node == mine.node_rank) continue;
-        auto theirs = read_node_status(store, JobKeys(m_run_id).status(node), m_run_id);
+        auto theirs = read_node_status(store, m_keys.status(node), m_keys.run_id());
         if (theirs && theirs->round == mine.round && theirs->node_rank == node) add(*theirs);
     }
     return rates;
@@ -49,11 +48,11 @@ std::vector<Straggler> StatusPublisher::tick(Store& store, NodeStatus mine,
         mine.stragglers = m_watch.current();
         mine.straggler_news = m_watch.news();
     }
-    store.set(JobKeys(m_run_id).status(mine.node_rank), to_json(mine, m_run_id));
+    store.set(m_keys.status(mine.node_rank), to_json(mine, m_keys.run_id()));
     if (!watching()) return {};
     std::vector<Straggler> news = mine.straggler_news;
     if (!node_zero) {
-        auto zero = read_node_status(store, JobKeys(m_run_id).status(0), m_run_id);
+        auto zero = read_node_status(store, m_keys.status(0), m_keys.run_id());
         if (!zero || zero->round != mine.round) return {};
         news = zero->straggler_news;
     }

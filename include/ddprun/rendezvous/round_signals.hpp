@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ddprun/rendezvous/job_keys.hpp"
@@ -53,8 +54,7 @@ class RoundSignals {
     int m_round = -1;
     bool m_kill_heard = false;
     std::int64_t m_signals_seen = 0;
-    // Since when the next counted signal's record is missing; the epoch: it is not.
-    Clock::time_point m_gap_since{};
+    std::optional<Clock::time_point> m_gap_since;  // since when the next one's record is missing
 };
 
 }  // namespace ddprun

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ddprun/records/node_status.hpp"
+#include "ddprun/rendezvous/job_keys.hpp"
 #include "ddprun/rendezvous/straggler.hpp"
 #include "ddprun/store/store.hpp"
 
@@ -21,7 +22,7 @@ class StatusPublisher {
   public:
     // `stragglers`: with progress beats (--hang-timeout), node 0 judges; else none.
     StatusPublisher(std::string run_id, std::optional<StragglerLimits> stragglers)
-        : m_run_id(std::move(run_id)), m_limits(stragglers) {}
+        : m_keys(std::move(run_id)), m_limits(stragglers) {}
 
     // Writes `mine` (its time is the caller's) and returns the namings of this round
     // this node has not been given yet, in order. Node 0 reads the round's other nodes
@@ -37,7 +38,7 @@ class StatusPublisher {
     bool watching() const { return m_limits && m_limits->enabled(); }
     std::vector<StragglerWatch::Rate> read_rates(Store& store, const NodeStatus& mine);
 
-    std::string m_run_id;
+    JobKeys m_keys;
     std::optional<StragglerLimits> m_limits;
     int m_round = -1;
     StragglerWatch m_watch;
